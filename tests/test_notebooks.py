@@ -1,0 +1,141 @@
+"""Every notebook under notebooks/ is checked for its anatomy and executed in the smoke profile.
+
+Discovery is automatic (``sdaccel.run_notebooks.discover``), so a new notebook cannot escape CI.
+The execution tests assert on the values each notebook recorded in its ``results.json``, not only
+on "no exception". Then nbval re-executes the executed copies and checks that every cell marked
+``# NBVAL_CHECK_OUTPUT`` prints the same thing twice (seeds, shapes and device layouts are
+deterministic).
+"""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from sdaccel.notebook import SETUP_CELL
+from sdaccel.run_notebooks import PROFILE_ENV, REPO, discover, execute
+
+NOTEBOOKS = discover()
+IDS = [nb.stem for nb in NOTEBOOKS]
+BUILD = REPO / "build" / "test"
+
+
+def cells(nb_path: Path) -> list[dict]:
+    return json.loads(nb_path.read_text())["cells"]
+
+
+def source(cell: dict) -> str:
+    return "".join(cell["source"])
+
+
+def test_notebooks_exist():
+    assert len(NOTEBOOKS) >= 1 and NOTEBOOKS[0].name.startswith("00_")
+
+
+@pytest.mark.parametrize("nb", NOTEBOOKS, ids=IDS)
+def test_outputs_are_stripped(nb):
+    for i, cell in enumerate(cells(nb)):
+        if cell["cell_type"] == "code":
+            assert cell.get("outputs") == [] and cell.get("execution_count") is None, (
+                f"{nb.name} cell {i} has outputs: run nbstripout"
+            )
+
+
+@pytest.mark.parametrize("nb", NOTEBOOKS, ids=IDS)
+def test_anatomy(nb):
+    all_cells = cells(nb)
+    assert all_cells[0]["cell_type"] == "markdown" and source(all_cells[0]).startswith("# "), "title first"
+    assert "You will learn" in source(all_cells[0])
+    code = [c for c in all_cells if c["cell_type"] == "code"]
+    assert source(code[0]) == SETUP_CELL, "the first code cell must be sdaccel.notebook.SETUP_CELL"
+    tagged = [c for c in all_cells if "parameters" in c.get("metadata", {}).get("tags", [])]
+    assert len(tagged) == 1, f"{nb.name} needs exactly one cell tagged 'parameters'"
+    assert tagged[0] is code[1], "the parameters cell comes right after the setup cell"
+    params = source(tagged[0])
+    assert "OUTPUT_DIR" in params
+    assert "{checkpoints}" not in params and "tiny" not in params.lower(), "defaults must be the real models"
+    assert "Next steps" in source(all_cells[-1])
+
+
+@pytest.mark.parametrize("nb", NOTEBOOKS, ids=IDS)
+def test_smoke_profile_overrides_existing_parameters(nb):
+    meta = json.loads(nb.read_text())["metadata"]
+    smoke = meta["sdaccel"]["profiles"]["smoke"]
+    params = source(next(c for c in cells(nb) if "parameters" in c.get("metadata", {}).get("tags", [])))
+    for key in smoke:
+        assert f"{key} =" in params, f"smoke overrides {key}, which the parameters cell does not define"
+
+
+# ----------------------------------------------------------------------------------------------
+# Execution in the smoke profile
+# ----------------------------------------------------------------------------------------------
+
+#: What each notebook must have recorded, beyond "it ran". Keyed by notebook stem.
+CHECKS = {
+    "00_environment_and_devices": lambda r: (
+        r["backend"] == "cpu"
+        and r["device_count"] == 8
+        and r["mesh_shape"] == {"data": 8}
+        and r["versions"]["jax"] == "0.10.2"
+        and r["text_embedding_shape"][1] == 77
+    ),
+}
+
+
+@pytest.fixture(scope="session")
+def checkpoints():
+    from sdaccel.run_notebooks import needed_tiny_checkpoints
+    from sdaccel.tiny import ensure_tiny
+
+    root = REPO / "build" / "checkpoints"
+    for name in needed_tiny_checkpoints(NOTEBOOKS):
+        ensure_tiny(root, name)
+    return root
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("nb", NOTEBOOKS, ids=IDS)
+def test_notebook_runs_in_smoke_profile(nb, checkpoints):
+    run = execute(nb, "smoke", BUILD, checkpoints, timeout=900)
+    results_file = run.output_dir / "results.json"
+    assert results_file.is_file(), f"{nb.name} recorded no results"
+    results = json.loads(results_file.read_text())
+    assert results, f"{nb.name} recorded an empty results.json"
+    check = CHECKS.get(nb.stem)
+    if check is not None:
+        assert check(results), f"{nb.name} recorded unexpected values: {results}"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("nb", NOTEBOOKS, ids=IDS)
+def test_nbval_outputs_are_reproducible(nb):
+    """Re-execute the executed copy; cells marked NBVAL_CHECK_OUTPUT must print the same again."""
+    executed = BUILD / "smoke" / nb.name
+    if not executed.is_file():
+        pytest.skip("the smoke execution of this notebook did not run")
+    if "NBVAL_CHECK_OUTPUT" not in nb.read_text():
+        pytest.skip("no cell of this notebook is marked NBVAL_CHECK_OUTPUT")
+    env = {**os.environ, **PROFILE_ENV["smoke"]}
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "--nbval-lax",
+            str(executed),
+            "-o",
+            "addopts=",
+        ],
+        cwd=executed.parent,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
