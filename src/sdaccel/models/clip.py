@@ -38,7 +38,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from sdaccel.checkpoint import load_weights, open_weights, read_config
+from sdaccel.checkpoint import abstract_model, load_weights, open_weights, read_config
 from sdaccel.models.attention import attention
 
 
@@ -268,7 +268,7 @@ def load_text_encoder(
     """
     config = CLIPTextConfig.from_pretrained(folder, subfolder)
     cls = CLIPTextModelWithProjection if config.with_projection else CLIPTextModel
-    model = nnx.eval_shape(lambda: cls(config, rngs=nnx.Rngs(0)))
+    model = abstract_model(cls, config)
     return load_weights(
         model,
         open_weights(folder, subfolder, variant),

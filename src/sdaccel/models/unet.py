@@ -36,7 +36,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from sdaccel.checkpoint import load_weights, open_weights, read_config
+from sdaccel.checkpoint import abstract_model, load_weights, open_weights, read_config
 from sdaccel.models.attention import attention
 
 # ----------------------------------------------------------------------------------------------
@@ -680,20 +680,8 @@ class UNet2DConditionModel(nnx.Module):
 
 
 def abstract_unet(config: UNetConfig) -> UNet2DConditionModel:
-    """The UNet with shapes and dtypes only (``nnx.eval_shape``): no weights are allocated.
-
-    One detail keeps this fast: the RNG stream's counter is held in NumPy during the trace.
-    Otherwise each of the ~1700 ``rngs.params()`` calls stores a traced counter, Flax asks that
-    tracer for its sharding, and JAX answers by scanning the whole trace so far: building SDXL's
-    UNet then costs about a minute of CPU instead of two seconds.
-    """
-
-    def build():
-        rngs = nnx.Rngs(0)
-        rngs.params.count.set_value(np.zeros((), np.uint32))
-        return UNet2DConditionModel(config, rngs=rngs)
-
-    return nnx.eval_shape(build)
+    """The UNet with shapes and dtypes only: no weights are allocated."""
+    return abstract_model(UNet2DConditionModel, config)
 
 
 def load_unet(

@@ -44,7 +44,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from sdaccel.checkpoint import load_weights, open_weights, read_config
+from sdaccel.checkpoint import abstract_model, load_weights, open_weights, read_config
 from sdaccel.models.attention import attention
 
 #: diffusers' ``get_activation`` names -> JAX functions (used inside the resnets).
@@ -377,7 +377,7 @@ def load_vae(
             stacklevel=2,
         )
         dtype = jnp.float32
-    model = nnx.eval_shape(lambda: AutoencoderKL(config, rngs=nnx.Rngs(0)))
+    model = abstract_model(AutoencoderKL, config)
     return load_weights(
         model,
         open_weights(folder, subfolder, variant),
