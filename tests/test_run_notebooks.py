@@ -27,13 +27,15 @@ def test_unknown_profile_is_refused(tmp_path):
 
 
 def test_smoke_parameters_fill_the_checkpoint_folder(tmp_path):
-    nb = make_notebook(
-        tmp_path / "01_x.ipynb", ["1"], smoke={"MODEL_ID": "{checkpoints}/tiny-sdxl", "STEPS": 2}
-    )
+    from sdaccel.run_notebooks import REPO
+
+    smoke = {"MODEL_ID": "{checkpoints}/tiny-sdxl", "STEPS": 2, "OTHER": "{repo}/checkpoints/x"}
+    nb = make_notebook(tmp_path / "01_x.ipynb", ["1"], smoke=smoke)
     params = profile_parameters(nb, "smoke", tmp_path / "ckpt", tmp_path / "out")
     assert params == {
         "MODEL_ID": f"{tmp_path}/ckpt/tiny-sdxl",
         "STEPS": 2,
+        "OTHER": f"{REPO}/checkpoints/x",
         "OUTPUT_DIR": str(tmp_path / "out"),
     }
     assert profile_parameters(nb, "full", tmp_path, tmp_path / "o") == {"OUTPUT_DIR": str(tmp_path / "o")}

@@ -7,8 +7,10 @@
 Profiles:
 
 - ``smoke``: every notebook's own smoke overrides, kept in its metadata under
-  ``sdaccel.profiles.smoke`` (the tiny checkpoints that ``sdaccel.tiny`` builds, small images,
-  few steps), and a kernel that sees 8 simulated CPU devices. It is what CI and the tests run.
+  ``sdaccel.profiles.smoke`` (small images, few steps, and a small checkpoint: ``{checkpoints}/...``
+  names the random-weight ones that ``sdaccel.tiny`` builds, ``{repo}/...`` a folder of this
+  repository such as the trained ``checkpoints/tiny-shapes-sdxl``), and a kernel that sees 8
+  simulated CPU devices. It is what CI and the tests run.
 - ``full``: no overrides: the real models, on whatever hardware this is.
 
 Executed copies go to ``build/<profile>/`` (never into ``notebooks/``), and each notebook writes
@@ -82,7 +84,7 @@ def profile_parameters(notebook: Path, profile: str, checkpoints: Path, output_d
 
     def fill(value):
         if isinstance(value, str):
-            return value.replace("{checkpoints}", str(checkpoints))
+            return value.replace("{checkpoints}", str(checkpoints)).replace("{repo}", str(REPO))
         if isinstance(value, list):
             return [fill(v) for v in value]
         return value
