@@ -121,10 +121,37 @@ def test_torch_key_names():
 
 
 def test_allow_patterns_take_only_what_is_needed():
-    patterns = allow_patterns(["unet"], variant="fp16")
-    assert "unet/*.fp16.safetensors" in patterns and "model_index.json" in patterns
-    assert not any(p.startswith("vae/") and "safetensors" in p for p in patterns)
-    assert not any(p.endswith((".bin", ".ckpt")) for p in patterns)
+    from fnmatch import fnmatch
+
+    hub_files = [
+        "model_index.json",
+        "unet/config.json",
+        "unet/diffusion_pytorch_model.safetensors",
+        "unet/diffusion_pytorch_model.fp16.safetensors",
+        "unet/diffusion_pytorch_model.non_ema.safetensors",
+        "unet/diffusion_pytorch_model.bin",
+        "unet/diffusion_pytorch_model-00001-of-00002.safetensors",
+        "vae/diffusion_pytorch_model.safetensors",
+        "vae/config.json",
+        "sd_xl_base_1.0.safetensors",
+    ]
+
+    def fetched(patterns):
+        return {f for f in hub_files if any(fnmatch(f, p) for p in patterns)}
+
+    assert fetched(allow_patterns(["unet"], variant="fp16")) == {
+        "model_index.json",
+        "unet/config.json",
+        "vae/config.json",
+        "unet/diffusion_pytorch_model.fp16.safetensors",
+    }
+    assert fetched(allow_patterns(["unet"])) == {
+        "model_index.json",
+        "unet/config.json",
+        "vae/config.json",
+        "unet/diffusion_pytorch_model.safetensors",
+        "unet/diffusion_pytorch_model-00001-of-00002.safetensors",
+    }
 
 
 def test_resolve_errors_name_the_fix(tmp_path):

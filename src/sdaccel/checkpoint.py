@@ -49,35 +49,44 @@ class CheckpointError(ValueError):
 
 #: The files each pipeline component needs; everything else in a hub repo (the original
 #: single-file checkpoint, ONNX and Flax exports, example images) is never downloaded.
+#: ``WEIGHTS`` stands for the component's safetensors, of one variant only (see ``allow_patterns``).
+WEIGHTS = "<weights>"
 COMPONENT_PATTERNS = {
     "model_index": ["model_index.json"],
     "scheduler": ["scheduler/*.json"],
     "tokenizer": ["tokenizer/*"],
     "tokenizer_2": ["tokenizer_2/*"],
-    "text_encoder": ["text_encoder/config.json", "text_encoder/*.safetensors*"],
-    "text_encoder_2": ["text_encoder_2/config.json", "text_encoder_2/*.safetensors*"],
-    "unet": ["unet/config.json", "unet/*.safetensors*"],
-    "vae": ["vae/config.json", "vae/*.safetensors*"],
+    "text_encoder": ["text_encoder/config.json", WEIGHTS],
+    "text_encoder_2": ["text_encoder_2/config.json", WEIGHTS],
+    "unet": ["unet/config.json", WEIGHTS],
+    "vae": ["vae/config.json", WEIGHTS],
 }
+_WEIGHT_STEMS = ("diffusion_pytorch_model", "model")
 
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.\-]*/[\w.\-]+$")
 
 
 def allow_patterns(components: Iterable[str] | None = None, variant: str | None = None) -> list[str]:
     """Glob patterns for ``huggingface_hub.snapshot_download``: config files plus the weights of
-    one variant (``fp16`` weights are half the download of the fp32 ones)."""
+    one variant. Hub repos often hold several copies of each model (fp32, ``fp16``, non-EMA):
+    naming the files exactly downloads one (``fp16`` weights are half the size of fp32)."""
     names = list(COMPONENT_PATTERNS) if components is None else ["model_index", *components]
     patterns: list[str] = ["*/config.json", "*/*_config.json"]  # every component's config: a few KB
     for name in names:
         for pattern in COMPONENT_PATTERNS[name]:
-            if "safetensors" in pattern and variant:
-                folder = pattern.split("/")[0]
-                patterns += [
-                    f"{folder}/*.{variant}.safetensors",
-                    f"{folder}/*.{variant}.safetensors.index.json",
-                ]
-            else:
+            if pattern != WEIGHTS:
                 patterns.append(pattern)
+                continue
+            for stem in _WEIGHT_STEMS:
+                if variant:  # model.fp16.safetensors, or shards model-00001-of-00002.fp16.safetensors
+                    patterns += [
+                        f"{name}/{stem}.{variant}.safetensors",
+                        f"{name}/{stem}-*.{variant}.safetensors",
+                    ]
+                    patterns.append(f"{name}/{stem}.safetensors.index.{variant}.json")
+                else:
+                    patterns += [f"{name}/{stem}.safetensors", f"{name}/{stem}-*-of-*.safetensors"]
+                    patterns.append(f"{name}/{stem}.safetensors.index.json")
     return patterns
 
 
@@ -220,21 +229,23 @@ def open_weights(folder: str | os.PathLike, component: str, variant: str | None 
     base = Path(folder) / component
     if not base.is_dir():
         raise CheckpointError(f"Missing folder {base}: the checkpoint has no {component!r} component.")
-    stems = ("diffusion_pytorch_model", "model")
-    suffixes = ([f".{variant}.safetensors"] if variant else []) + [".safetensors"]
-    for suffix in suffixes:
-        for stem in stems:
-            single = base / f"{stem}{suffix}"
+    # (single file, shard index) names, as diffusers' _add_variant writes them
+    names = [(f".{variant}.safetensors", f".safetensors.index.{variant}.json")] if variant else []
+    names.append((".safetensors", ".safetensors.index.json"))
+    for single_suffix, index_suffix in names:
+        for stem in _WEIGHT_STEMS:
+            single = base / f"{stem}{single_suffix}"
             if single.is_file():
                 return WeightReader([single])
-            index = base / f"{stem}{suffix}.index.json"
+            index = base / f"{stem}{index_suffix}"
             if index.is_file():
                 shards = sorted(set(read_json(index)["weight_map"].values()))
                 return WeightReader([base / s for s in shards])
     found = sorted(p.name for p in base.iterdir())
+    hint = f" No {variant!r} variant either: try variant=None." if variant else ""
     raise CheckpointError(
         f"No safetensors weights in {base} (found: {found}). This loader reads diffusers-format "
-        "*.safetensors only; convert .bin/.ckpt files with diffusers first."
+        f"*.safetensors only; convert .bin/.ckpt files with diffusers first.{hint}"
     )
 
 
