@@ -1,0 +1,573 @@
+"""Export a diffusers checkpoint to OpenVINO IR, component by component.
+
+OpenVINO runs a model from its *intermediate representation* (IR): an ``.xml`` file with the graph
+and a ``.bin`` file with the weights. ``openvino.convert_model`` makes one from a PyTorch module
+by tracing it once on example inputs, so this module wraps each diffusers/transformers module in a
+small ``torch.nn.Module`` whose ``forward`` takes and returns plain tensors, converts it, names the
+inputs and outputs, and saves it.
+
+The folder written here has the layout that optimum-intel writes and that
+``openvino_genai.Text2ImagePipeline`` loads, so the same export runs in our Python pipeline
+(:mod:`sdaccel.cpu.pipeline`) and in OpenVINO GenAI's C++ pipeline (:mod:`sdaccel.cpu.genai`)::
+
+    model_index.json                        copied: decides SD (1.x/2.x) or SDXL
+    scheduler/scheduler_config.json         copied
+    tokenizer/      HF tokenizer files + openvino_tokenizer.xml/.bin + openvino_detokenizer.xml/.bin
+    tokenizer_2/    (SDXL)
+    text_encoder/   openvino_model.xml/.bin + config.json
+    text_encoder_2/ (SDXL)
+    unet/           openvino_model.xml/.bin + config.json
+    vae_decoder/    openvino_model.xml/.bin + config.json (the VAE's config)
+    vae_encoder/    openvino_model.xml/.bin + config.json (image-to-image only)
+    sdaccel_export.json                     what was exported, how, and the sizes
+
+The names of inputs and outputs are the contract with GenAI (see its ``unet_inference.hpp``,
+``clip_text_model.cpp`` and ``autoencoder_kl.cpp``):
+
+=============== ============================================================ =====================================
+component       inputs                                                       outputs
+=============== ============================================================ =====================================
+text_encoder    ``input_ids`` i64 [B, 77]                                    ``last_hidden_state``, ``pooler_output``,
+                                                                             ``hidden_states.0`` ... ``hidden_states.N``
+text_encoder_2  ``input_ids`` i64 [B, 77]                                    ``text_embeds`` (output 0!),
+                                                                             ``last_hidden_state``, ``hidden_states.*``
+unet            ``sample`` f32 [B, 4, h, w], ``timestep`` i64 [1],           ``out_sample`` f32 [B, 4, h, w]
+                ``encoder_hidden_states`` f32 [B, 77, D],
+                SDXL: ``text_embeds`` f32 [B, 1280], ``time_ids`` f32 [B, 6]
+vae_decoder     ``latent_sample`` f32 [B, 4, h, w]                           ``sample`` f32 [B, 3, 8h, 8w]
+vae_encoder     ``sample`` f32 [B, 3, H, W]                                  ``latent_parameters`` (mean and logvar)
+=============== ============================================================ =====================================
+
+GenAI reads the SDXL prompt embeddings as output number ``num_hidden_layers + 1`` of both text
+encoders, which is ``hidden_states[-2]`` only with the output order above; and it passes the
+timestep as an ``int64`` tensor of shape ``[1]`` that the UNet broadcasts over the batch.
+
+Shapes are dynamic (``?``) except the channel dimensions. :func:`reshape_static` fixes batch and
+image size, which lets the CPU plugin pick kernels for one shape ahead of time.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import logging
+import os
+import shutil
+import time
+import warnings
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from sdaccel.checkpoint import CheckpointError, read_config, read_json, resolve_checkpoint
+
+log = logging.getLogger(__name__)
+
+#: File names inside each component folder (the ones GenAI opens).
+MODEL_XML = "openvino_model.xml"
+TOKENIZER_XML = "openvino_tokenizer.xml"
+DETOKENIZER_XML = "openvino_detokenizer.xml"
+MANIFEST = "sdaccel_export.json"
+
+#: The pipelines we know how to export, and the exported components of each, in export order.
+PIPELINE_COMPONENTS = {
+    "StableDiffusionPipeline": ("tokenizer", "text_encoder", "unet", "vae_decoder", "vae_encoder"),
+    "StableDiffusionXLPipeline": (
+        "tokenizer",
+        "tokenizer_2",
+        "text_encoder",
+        "text_encoder_2",
+        "unet",
+        "vae_decoder",
+        "vae_encoder",
+    ),
+}
+
+
+@dataclass(frozen=True)
+class StaticShape:
+    """The one shape a static model accepts.
+
+    ``batch`` is the number of images per call (prompts). With classifier-free guidance
+    (``guidance=True``) the text encoders and the UNet see twice that batch (negative and
+    positive halves), exactly as GenAI's ``Text2ImagePipeline.reshape`` counts it.
+    """
+
+    batch: int = 1
+    height: int = 512
+    width: int = 512
+    guidance: bool = True
+
+    @classmethod
+    def coerce(cls, value) -> StaticShape | None:
+        """``None``, a ``StaticShape``, a dict of its fields or a ``(batch, height, width)`` tuple."""
+        if value is None or isinstance(value, StaticShape):
+            return value
+        if isinstance(value, dict):
+            return cls(**value)
+        return cls(*value)
+
+    @property
+    def model_batch(self) -> int:
+        return self.batch * (2 if self.guidance else 1)
+
+
+def pipeline_class(folder: str | os.PathLike) -> str:
+    """The diffusers pipeline class named in ``model_index.json``; only SD and SDXL are supported."""
+    index = read_json(Path(folder) / "model_index.json")
+    name = index.get("_class_name")
+    if name not in PIPELINE_COMPONENTS:
+        raise CheckpointError(
+            f"{folder} holds a {name!r} checkpoint; this exporter handles {sorted(PIPELINE_COMPONENTS)} "
+            "(Stable Diffusion 1.x/2.x and SDXL)."
+        )
+    return name
+
+
+# ----------------------------------------------------------------------------------------------
+# Wrappers: PyTorch modules with plain tensor inputs and a flat tuple of outputs
+# ----------------------------------------------------------------------------------------------
+
+
+def _wrappers():
+    """The wrapper classes (defined lazily so that importing this module does not import torch)."""
+    import torch
+
+    class TextEncoder(torch.nn.Module):
+        """CLIP text encoder -> (first outputs..., hidden_states.0, ..., hidden_states.N)."""
+
+        def __init__(self, model, with_projection: bool):
+            super().__init__()
+            self.model = model
+            self.with_projection = with_projection
+
+        def forward(self, input_ids):
+            out = self.model(input_ids=input_ids, output_hidden_states=True, return_dict=True)
+            first = (
+                (out.text_embeds, out.last_hidden_state)
+                if self.with_projection
+                else (out.last_hidden_state, out.pooler_output)
+            )
+            return (*first, *out.hidden_states)
+
+    class UNet(torch.nn.Module):
+        """UNet2DConditionModel -> noise prediction; SDXL's added conditioning as two inputs."""
+
+        def __init__(self, unet):
+            super().__init__()
+            self.unet = unet
+
+        def forward(self, sample, timestep, encoder_hidden_states, text_embeds=None, time_ids=None):
+            added = None if text_embeds is None else {"text_embeds": text_embeds, "time_ids": time_ids}
+            return self.unet(
+                sample, timestep, encoder_hidden_states, added_cond_kwargs=added, return_dict=False
+            )[0]
+
+    class VAEDecoder(torch.nn.Module):
+        """Latents (already divided by the scaling factor) -> image in [-1, 1]."""
+
+        def __init__(self, vae):
+            super().__init__()
+            self.vae = vae
+
+        def forward(self, latent_sample):
+            return self.vae.decode(latent_sample, return_dict=False)[0]
+
+    class VAEEncoder(torch.nn.Module):
+        """Image in [-1, 1] -> the Gaussian's parameters (mean and log-variance, concatenated)."""
+
+        def __init__(self, vae):
+            super().__init__()
+            self.vae = vae
+
+        def forward(self, sample):
+            moments = self.vae.encoder(sample)
+            if self.vae.quant_conv is not None:
+                moments = self.vae.quant_conv(moments)
+            return moments
+
+    return TextEncoder, UNet, VAEDecoder, VAEEncoder
+
+
+def _convert(module, example: dict):
+    """Trace ``module`` on ``example`` (a dict: input name -> tensor) and convert it to ``ov.Model``.
+
+    OpenVINO's PyTorch frontend records the module with TorchScript tracing (the route
+    optimum-intel takes; ``torch.export`` programs convert too, but need every dynamic dimension
+    declared). Tracing runs ``forward`` once and keeps the operations, so Python branches on
+    shapes are frozen at the example's values. ``convert_model`` would trace with
+    ``check_trace=True``, running the module twice more to compare; this decoder traces once. All
+    dimensions come out dynamic (``?``).
+    """
+    import openvino as ov
+    import torch
+    from openvino.frontend.pytorch.ts_decoder import TorchScriptPythonDecoder
+
+    with torch.no_grad(), warnings.catch_warnings():
+        # shape checks in diffusers/transformers become constants of the trace, which is what we
+        # want for the fixed 77-token prompts and channel counts; the warnings only say so
+        warnings.simplefilter("ignore", torch.jit.TracerWarning)
+        warnings.filterwarnings("ignore", message=".*torch.jit.trace", category=DeprecationWarning)
+        decoder = TorchScriptPythonDecoder(module, example_input=example, trace_kwargs={"check_trace": False})
+        return ov.convert_model(decoder, example_input=example)
+
+
+def _name_ports(model, inputs: Iterable[str], outputs: Iterable[str]):
+    """Give the IR's inputs and outputs exactly these tensor names (GenAI looks them up by name)."""
+    for port, name in zip(model.inputs, inputs, strict=True):
+        port.get_tensor().set_names({name})
+        port.get_node().set_friendly_name(name)
+    for port, name in zip(model.outputs, outputs, strict=True):
+        port.get_tensor().set_names({name})
+    return model
+
+
+def _fix_dims(model, dims: dict[str, dict[int, int]]):
+    """Make the named dimensions of the inputs static (channels, hidden sizes); the rest stay ``?``."""
+    import openvino as ov
+
+    shapes = {}
+    for port in model.inputs:
+        shape = ov.PartialShape(port.get_partial_shape())
+        for axis, size in dims.get(port.get_any_name(), {}).items():
+            shape[axis] = size
+        shapes[port.get_any_name()] = shape
+    model.reshape(shapes)
+    return model
+
+
+# ----------------------------------------------------------------------------------------------
+# Converters: one PyTorch module -> one ov.Model
+# ----------------------------------------------------------------------------------------------
+
+
+def convert_text_encoder(model, max_length: int = 77):
+    """A transformers ``CLIPTextModel`` / ``CLIPTextModelWithProjection`` -> ``ov.Model``."""
+    import torch
+
+    TextEncoder, *_ = _wrappers()
+    with_projection = hasattr(model, "text_projection")
+    layers = model.config.num_hidden_layers
+    # any ids trace the same graph (pooling finds the EOS by argmax or by id, decided by the config)
+    ids = torch.arange(2 * max_length, dtype=torch.int64).reshape(2, max_length) % model.config.vocab_size
+    ov_model = _convert(TextEncoder(model, with_projection), {"input_ids": ids})
+    first = (
+        ["text_embeds", "last_hidden_state"] if with_projection else ["last_hidden_state", "pooler_output"]
+    )
+    outputs = first + [f"hidden_states.{i}" for i in range(layers + 1)]
+    return _name_ports(ov_model, ["input_ids"], outputs)
+
+
+def convert_unet(unet, example_size: int = 32, sequence_length: int = 77):
+    """A diffusers ``UNet2DConditionModel`` (SD or SDXL) -> ``ov.Model`` with GenAI's port names.
+
+    The trace runs once on a ``example_size``-sized latent; sizes are dynamic in the result.
+    """
+    import torch
+
+    _, UNet, *_ = _wrappers()
+    cfg = unet.config
+    size = min(example_size, cfg.sample_size)
+    example = {
+        "sample": torch.randn(2, cfg.in_channels, size, size),
+        "timestep": torch.tensor([999], dtype=torch.int64),
+        "encoder_hidden_states": torch.randn(2, sequence_length, cfg.cross_attention_dim),
+    }
+    dims = {
+        "sample": {1: cfg.in_channels},
+        "timestep": {0: 1},
+        "encoder_hidden_states": {2: cfg.cross_attention_dim},
+    }
+    if cfg.addition_embed_type == "text_time":
+        text_embeds = cfg.projection_class_embeddings_input_dim - 6 * cfg.addition_time_embed_dim
+        example["text_embeds"] = torch.randn(2, text_embeds)
+        example["time_ids"] = torch.tensor(
+            [[size * 8, size * 8, 0, 0, size * 8, size * 8]] * 2, dtype=torch.float32
+        )
+        dims.update({"text_embeds": {1: text_embeds}, "time_ids": {1: 6}})
+    elif cfg.addition_embed_type is not None:
+        raise CheckpointError(f"UNet addition_embed_type={cfg.addition_embed_type!r} is not supported.")
+    ov_model = _convert(UNet(unet), example)
+    _name_ports(ov_model, list(example), ["out_sample"])
+    return _fix_dims(ov_model, dims)
+
+
+def convert_vae_decoder(vae, example_size: int = 16):
+    import torch
+
+    *_, VAEDecoder, _ = _wrappers()
+    channels = vae.config.latent_channels
+    ov_model = _convert(
+        VAEDecoder(vae), {"latent_sample": torch.randn(1, channels, example_size, example_size)}
+    )
+    _name_ports(ov_model, ["latent_sample"], ["sample"])
+    return _fix_dims(ov_model, {"latent_sample": {1: channels}})
+
+
+def convert_vae_encoder(vae, example_size: int = 128):
+    import torch
+
+    *_, VAEEncoder = _wrappers()
+    channels = vae.config.in_channels
+    ov_model = _convert(VAEEncoder(vae), {"sample": torch.randn(1, channels, example_size, example_size)})
+    _name_ports(ov_model, ["sample"], ["latent_parameters"])
+    return _fix_dims(ov_model, {"sample": {1: channels}})
+
+
+def convert_tokenizer(src: Path, dst: Path) -> None:
+    """Copy the HF tokenizer files and add OpenVINO tokenizer/detokenizer models (for GenAI)."""
+    import openvino as ov
+    from openvino_tokenizers import convert_tokenizer as ov_convert_tokenizer
+    from transformers import AutoTokenizer
+
+    dst.mkdir(parents=True, exist_ok=True)
+    for path in src.iterdir():
+        if path.is_file():
+            shutil.copy2(path, dst / path.name)
+    tokenizer, detokenizer = ov_convert_tokenizer(AutoTokenizer.from_pretrained(src), with_detokenizer=True)
+    ov.save_model(tokenizer, dst / TOKENIZER_XML)
+    ov.save_model(detokenizer, dst / DETOKENIZER_XML)
+
+
+# ----------------------------------------------------------------------------------------------
+# Static shapes
+# ----------------------------------------------------------------------------------------------
+
+
+def _static_shapes(model, shape: StaticShape, vae_scale_factor: int, max_length: int) -> dict:
+    """The static shape of every input of one exported component, recognised by its input names."""
+    import openvino as ov
+
+    names = {port.get_any_name() for port in model.inputs}
+    h, w = shape.height // vae_scale_factor, shape.width // vae_scale_factor
+    shapes = {}
+    for port in model.inputs:
+        name = port.get_any_name()
+        dims = [d.get_length() if d.is_static else -1 for d in port.get_partial_shape()]
+        if name == "input_ids":
+            dims = [shape.model_batch, max_length]
+        elif name == "timestep":
+            dims = [1]
+        elif name == "sample" and "timestep" in names:  # the UNet
+            dims = [shape.model_batch, dims[1], h, w]
+        elif name in ("encoder_hidden_states", "text_embeds", "time_ids", "timestep_cond"):
+            dims[0] = shape.model_batch
+            if name == "encoder_hidden_states":
+                dims[1] = max_length
+        elif name == "latent_sample":
+            dims = [shape.batch, dims[1], h, w]
+        elif name == "sample":  # the VAE encoder takes images
+            dims = [shape.batch, dims[1], shape.height, shape.width]
+        else:
+            raise ValueError(f"Do not know how to make input {name!r} static.")
+        shapes[name] = ov.PartialShape(dims)
+    return shapes
+
+
+def reshape_static(target, batch: int = 1, height: int = 512, width: int = 512, guidance: bool = True, **kw):
+    """Fix batch and image size of an exported model or of every model in an export folder.
+
+    ``target`` is an ``ov.Model`` (reshaped in place and returned) or an export folder (each IR is
+    rewritten static and the folder returned). ``batch`` counts images; with ``guidance`` the
+    text encoders and the UNet get twice that batch. ``vae_scale_factor`` (default 8, read from
+    ``vae_decoder/config.json`` for a folder) and ``max_length`` (default 77) can be passed.
+    """
+    import openvino as ov
+
+    shape = StaticShape(batch, height, width, guidance)
+    if isinstance(target, ov.Model):
+        vae_scale_factor = kw.get("vae_scale_factor", 8)
+        if height % vae_scale_factor or width % vae_scale_factor:
+            raise ValueError(
+                f"height and width must be multiples of {vae_scale_factor}, got {height}x{width}."
+            )
+        target.reshape(_static_shapes(target, shape, vae_scale_factor, kw.get("max_length", 77)))
+        return target
+    folder = Path(target)
+    if not (folder / "model_index.json").is_file():
+        raise CheckpointError(f"{folder} is not an export folder (no model_index.json).")
+    kw.setdefault("vae_scale_factor", vae_scale_factor_of(folder))
+    core = ov.Core()
+    for xml in sorted(folder.glob(f"*/{MODEL_XML}")):
+        model = reshape_static(core.read_model(xml), batch, height, width, guidance, **kw)
+        _save_ir(model, xml, compress_to_fp16=False)  # constants already fp16 stay fp16
+        del model
+    _update_manifest(folder, static=asdict(shape))
+    return folder
+
+
+def vae_scale_factor_of(folder: Path) -> int:
+    """2 ** (number of VAE levels - 1): 8 for every Stable Diffusion VAE."""
+    return 2 ** (len(read_config(folder, "vae_decoder")["block_out_channels"]) - 1)
+
+
+def is_static(model) -> bool:
+    return all(port.get_partial_shape().is_static for port in model.inputs)
+
+
+# ----------------------------------------------------------------------------------------------
+# The whole pipeline
+# ----------------------------------------------------------------------------------------------
+
+
+def _save_ir(model, xml: Path, compress_to_fp16: bool) -> None:
+    """Save to a temporary name first: an interrupted save never leaves a valid-looking IR, and a
+    model read from ``xml`` (whose weights are memory-mapped) can be saved back over it."""
+    import openvino as ov
+
+    tmp = xml.with_name(xml.stem + ".tmp.xml")
+    ov.save_model(model, tmp, compress_to_fp16=compress_to_fp16)
+    os.replace(tmp.with_suffix(".bin"), xml.with_suffix(".bin"))
+    os.replace(tmp, xml)
+
+
+def _component_files(component: str) -> tuple[str, ...]:
+    if component.startswith("tokenizer"):
+        return (TOKENIZER_XML, DETOKENIZER_XML)
+    return (MODEL_XML, MODEL_XML.replace(".xml", ".bin"), "config.json")
+
+
+def is_complete(folder: str | os.PathLike, components: Iterable[str] | None = None) -> bool:
+    """Whether ``folder`` holds a finished export of ``components`` (default: all of its pipeline)."""
+    folder = Path(folder)
+    if not (folder / MANIFEST).is_file() or not (folder / "model_index.json").is_file():
+        return False
+    names = components or PIPELINE_COMPONENTS.get(
+        read_json(folder / "model_index.json").get("_class_name"), ()
+    )
+    return bool(names) and all((folder / c / f).is_file() for c in names for f in _component_files(c))
+
+
+def _update_manifest(folder: Path, **fields) -> None:
+    path = folder / MANIFEST
+    data = read_json(path) if path.is_file() else {}
+    data.update(fields)
+    path.write_text(json.dumps(data, indent=2))
+
+
+def export_sizes(folder: str | os.PathLike) -> dict[str, int]:
+    """Bytes on disk of each exported component's weights (``.bin`` files)."""
+    folder = Path(folder)
+    return {
+        p.name: sum(f.stat().st_size for f in p.glob("*.bin"))
+        for p in sorted(folder.iterdir())
+        if p.is_dir() and any(p.glob("*.bin"))
+    }
+
+
+def export_pipeline(
+    src: str | os.PathLike,
+    dst: str | os.PathLike,
+    components: Iterable[str] | None = None,
+    force: bool = False,
+    static=None,
+    weight_dtype: str = "fp32",
+    progress: bool = True,
+) -> Path:
+    """Export a diffusers SD 1.x/2.x or SDXL checkpoint to an OpenVINO folder and return it.
+
+    Args:
+      src: a local diffusers folder or a hub id (resolved with ``resolve_checkpoint``).
+      dst: the export folder (created).
+      components: export only these (e.g. ``["unet"]``); default: every component of the pipeline.
+      force: re-export even if ``dst`` already holds a complete export of these components.
+      static: ``None`` for dynamic shapes, or a :class:`StaticShape` / ``(batch, height, width)``.
+      weight_dtype: ``"fp32"`` keeps the weights as they are; ``"fp16"`` stores them in half
+        precision (half the disk size; the CPU plugin decompresses them when it compiles).
+      progress: show a progress bar over the components.
+
+    The PyTorch modules are loaded in float32, one at a time, and freed after their conversion,
+    so the peak memory is about that of the largest component (the UNet) plus its IR.
+    """
+    import openvino as ov
+    from tqdm.auto import tqdm
+
+    if weight_dtype not in ("fp32", "fp16"):
+        raise ValueError(f"weight_dtype must be 'fp32' or 'fp16', got {weight_dtype!r}.")
+    src = resolve_checkpoint(src)
+    kind = pipeline_class(src)
+    everything = PIPELINE_COMPONENTS[kind]
+    names = tuple(everything if components is None else components)
+    unknown = sorted(set(names) - set(everything))
+    if unknown:
+        raise ValueError(f"Unknown components {unknown} for a {kind}; choose from {list(everything)}.")
+    dst = Path(dst)
+    static = StaticShape.coerce(static)
+    settings = {"weight_dtype": weight_dtype, "static": asdict(static) if static else None}
+    if is_complete(dst, names) and not force:
+        manifest = read_json(dst / MANIFEST)
+        recorded = {k: manifest.get(k) for k in settings}
+        note = f" It was exported with {recorded}, not {settings}." if recorded != settings else ""
+        message = f"{dst} already holds a complete OpenVINO export of {list(names)}; nothing to do.{note}"
+        print(message + " Pass force=True to export again.")
+        log.info(message)
+        return dst
+
+    dst.mkdir(parents=True, exist_ok=True)
+    old = read_json(dst / MANIFEST) if (dst / MANIFEST).is_file() else {}
+    (dst / MANIFEST).unlink(missing_ok=True)  # the folder is incomplete until the end
+    shutil.copy2(src / "model_index.json", dst / "model_index.json")
+    (dst / "scheduler").mkdir(exist_ok=True)
+    shutil.copy2(src / "scheduler" / "scheduler_config.json", dst / "scheduler" / "scheduler_config.json")
+    vae_config = read_config(src, "vae")
+    max_length = read_config(src, "text_encoder").get("max_position_embeddings", 77)
+    timings = {}
+    bar = tqdm(names, desc="export", unit="component", disable=not progress)
+    for name in bar:
+        bar.set_postfix_str(name)
+        start = time.perf_counter()
+        out = dst / name
+        if name.startswith("tokenizer"):
+            convert_tokenizer(src / name, out)
+            timings[name] = time.perf_counter() - start
+            continue
+        model = _load_torch(src, name)
+        if name.startswith("text_encoder"):
+            ov_model = convert_text_encoder(model, max_length)
+            config = read_config(src, name)
+        elif name == "unet":
+            ov_model = convert_unet(model, sequence_length=max_length)
+            config = read_config(src, name)
+        else:
+            convert = convert_vae_decoder if name == "vae_decoder" else convert_vae_encoder
+            ov_model = convert(model)
+            config = vae_config
+        del model
+        gc.collect()
+        if static:
+            scale = 2 ** (len(vae_config["block_out_channels"]) - 1)
+            reshape_static(ov_model, **asdict(static), vae_scale_factor=scale, max_length=max_length)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "config.json").write_text(json.dumps(config, indent=2))
+        _save_ir(ov_model, out / MODEL_XML, compress_to_fp16=weight_dtype == "fp16")
+        del ov_model
+        gc.collect()
+        timings[name] = time.perf_counter() - start
+    exported = sorted(set(old.get("components", [])) | set(names), key=everything.index)
+    _update_manifest(
+        dst,
+        source=str(src),
+        pipeline=kind,
+        components=exported,
+        export_seconds=old.get("export_seconds", {}) | timings,
+        sizes=export_sizes(dst),
+        openvino=ov.get_version(),
+        **settings,
+    )
+    return dst
+
+
+def _load_torch(src: Path, name: str):
+    """The PyTorch module behind an exported component, in float32 and eval mode."""
+    import torch
+
+    if name.startswith("text_encoder"):
+        import transformers
+
+        cls = getattr(transformers, read_json(src / "model_index.json")[name][1])
+        return cls.from_pretrained(src / name, dtype=torch.float32).eval()
+    from diffusers import AutoencoderKL, UNet2DConditionModel
+
+    if name == "unet":
+        return UNet2DConditionModel.from_pretrained(src / "unet", dtype=torch.float32).eval()
+    return AutoencoderKL.from_pretrained(src / "vae", dtype=torch.float32).eval()

@@ -1,0 +1,306 @@
+"""Export to OpenVINO IR: the folder layout GenAI loads, the port names and dtypes, per-component
+parity with PyTorch in f32, the no-op re-export, static reshape, fp16 weights and clear errors."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+
+ov = pytest.importorskip("openvino")
+torch = pytest.importorskip("torch")
+
+from sdaccel.checkpoint import CheckpointError  # noqa: E402
+from sdaccel.cpu.export import (  # noqa: E402
+    MANIFEST,
+    MODEL_XML,
+    PIPELINE_COMPONENTS,
+    StaticShape,
+    export_pipeline,
+    is_static,
+    reshape_static,
+)
+
+F32 = {"INFERENCE_PRECISION_HINT": "f32"}
+
+
+@pytest.fixture(scope="session")
+def exports(tmp_path_factory, tiny_sd15, tiny_sdxl):
+    """Both tiny checkpoints exported once per session. The folder is shared with
+    test_cpu_pipeline.py, whose own call finds the export complete and does nothing."""
+    root = tmp_path_factory.getbasetemp() / "ov-exports"
+    text_to_image = [c for c in PIPELINE_COMPONENTS["StableDiffusionXLPipeline"] if c != "vae_encoder"]
+    return {  # the VAE encoder is the same for both: exported and tested once, with SD 1.5
+        "tiny-sd15": (tiny_sd15, export_pipeline(tiny_sd15, root / "tiny-sd15", progress=False)),
+        "tiny-sdxl": (
+            tiny_sdxl,
+            export_pipeline(tiny_sdxl, root / "tiny-sdxl", text_to_image, progress=False),
+        ),
+    }
+
+
+def _infer(xml_or_model, inputs: dict) -> dict[str, np.ndarray]:
+    compiled = ov.Core().compile_model(xml_or_model, "CPU", F32)
+    result = compiled(inputs)
+    return {port.get_any_name(): np.asarray(value) for port, value in result.items()}
+
+
+def _assert_close(ours: np.ndarray, ref: np.ndarray, atol: float = 1e-4):
+    assert ours.shape == ref.shape
+    assert ref.std() > 1e-2, "the reference output is (near) constant: the comparison would prove nothing"
+    err = float(np.abs(ours - ref).max())
+    assert err < atol, f"max abs error {err:.2e} >= {atol:.0e} (output scale {np.abs(ref).max():.2f})"
+
+
+# ----------------------------------------------------------------------------------------------
+# Layout and port names
+# ----------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["tiny-sd15", "tiny-sdxl"])
+def test_layout_is_the_one_genai_loads(exports, name):
+    src, out = exports[name]
+    sdxl = name == "tiny-sdxl"
+    assert json.loads((out / "model_index.json").read_text()) == json.loads(
+        (src / "model_index.json").read_text()
+    )
+    assert (out / "scheduler" / "scheduler_config.json").is_file()
+    for tokenizer in ["tokenizer", "tokenizer_2"] if sdxl else ["tokenizer"]:
+        for f in [
+            "openvino_tokenizer.xml",
+            "openvino_tokenizer.bin",
+            "openvino_detokenizer.xml",
+            "vocab.json",
+        ]:
+            assert (out / tokenizer / f).is_file(), f"{tokenizer}/{f}"
+    components = ["text_encoder", "unet", "vae_decoder"] + (["text_encoder_2"] if sdxl else ["vae_encoder"])
+    for component in components:
+        for f in [MODEL_XML, "openvino_model.bin", "config.json"]:
+            assert (out / component / f).is_file(), f"{component}/{f}"
+    # GenAI reads block_out_channels and scaling_factor from the VAE decoder's config
+    assert json.loads((out / "vae_decoder" / "config.json").read_text())["scaling_factor"] > 0
+    manifest = json.loads((out / MANIFEST).read_text())
+    assert manifest["weight_dtype"] == "fp32" and manifest["static"] is None
+    assert manifest["sizes"]["unet"] > 0
+
+
+def _ports(xml):
+    model = ov.Core().read_model(xml)
+    inputs = {
+        p.get_any_name(): (str(p.get_partial_shape()), p.get_element_type().get_type_name())
+        for p in model.inputs
+    }
+    return inputs, [p.get_any_name() for p in model.outputs]
+
+
+def test_port_names_dtypes_and_shapes(exports):
+    _, sd = exports["tiny-sd15"]
+    _, xl = exports["tiny-sdxl"]
+    inputs, outputs = _ports(sd / "unet" / MODEL_XML)
+    assert inputs == {
+        "sample": ("[?,4,?,?]", "f32"),
+        "timestep": ("[1]", "i64"),  # GenAI passes ov::Tensor(i64, {1}) and the UNet broadcasts it
+        "encoder_hidden_states": ("[?,?,32]", "f32"),
+    }
+    assert outputs == ["out_sample"]
+    inputs, outputs = _ports(xl / "unet" / MODEL_XML)
+    assert list(inputs) == ["sample", "timestep", "encoder_hidden_states", "text_embeds", "time_ids"]
+    assert inputs["time_ids"] == ("[?,6]", "f32") and inputs["text_embeds"] == ("[?,32]", "f32")
+    layers = 3
+    hidden = [f"hidden_states.{i}" for i in range(layers + 1)]
+    inputs, outputs = _ports(xl / "text_encoder" / MODEL_XML)
+    assert inputs == {"input_ids": ("[?,?]", "i64")}
+    assert outputs == ["last_hidden_state", "pooler_output", *hidden]
+    _, outputs = _ports(xl / "text_encoder_2" / MODEL_XML)
+    assert outputs == ["text_embeds", "last_hidden_state", *hidden]
+    # GenAI takes output num_hidden_layers + 1 of both encoders as hidden_states[-2]
+    assert outputs[layers + 1] == f"hidden_states.{layers - 1}"
+    assert _ports(sd / "vae_decoder" / MODEL_XML) == ({"latent_sample": ("[?,4,?,?]", "f32")}, ["sample"])
+    assert _ports(sd / "vae_encoder" / MODEL_XML) == ({"sample": ("[?,3,?,?]", "f32")}, ["latent_parameters"])
+
+
+# ----------------------------------------------------------------------------------------------
+# Parity with PyTorch, component by component (f32)
+# ----------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "name,component",
+    [("tiny-sd15", "text_encoder"), ("tiny-sdxl", "text_encoder"), ("tiny-sdxl", "text_encoder_2")],
+)
+def test_text_encoder_parity(exports, name, component):
+    import transformers
+
+    src, out = exports[name]
+    cls = getattr(transformers, json.loads((src / "model_index.json").read_text())[component][1])
+    model = cls.from_pretrained(src / component).eval()
+    ids = torch.randint(0, model.config.vocab_size - 1, (3, 77), generator=torch.Generator().manual_seed(0))
+    ids[:, 9] = model.config.vocab_size - 1  # the EOS (highest id) that pooling looks for
+    with torch.no_grad():
+        ref = model(input_ids=ids, output_hidden_states=True)
+    ours = _infer(out / component / MODEL_XML, {"input_ids": ids.numpy()})
+    first = "text_embeds" if component == "text_encoder_2" else "pooler_output"
+    _assert_close(ours[first], getattr(ref, first).numpy())
+    _assert_close(ours["last_hidden_state"], ref.last_hidden_state.numpy())
+    for i, state in enumerate(ref.hidden_states):
+        _assert_close(ours[f"hidden_states.{i}"], state.numpy())
+
+
+def _unet_inputs(config, batch: int, h: int, w: int, seed: int = 0) -> dict[str, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    inputs = {
+        "sample": torch.randn(batch, config.in_channels, h, w, generator=g),
+        "timestep": torch.tensor([637], dtype=torch.int64),
+        "encoder_hidden_states": torch.randn(batch, 77, config.cross_attention_dim, generator=g),
+    }
+    if config.addition_embed_type == "text_time":
+        pooled = config.projection_class_embeddings_input_dim - 6 * config.addition_time_embed_dim
+        inputs["text_embeds"] = torch.randn(batch, pooled, generator=g)
+        inputs["time_ids"] = torch.tensor([[8.0 * h, 8.0 * w, 0, 0, 8.0 * h, 8.0 * w]] * batch)
+    return inputs
+
+
+def _torch_unet(unet, inputs):
+    added = {k: inputs[k] for k in ("text_embeds", "time_ids") if k in inputs} or None
+    with torch.no_grad():
+        return unet(
+            inputs["sample"], inputs["timestep"], inputs["encoder_hidden_states"], added_cond_kwargs=added
+        ).sample.numpy()
+
+
+@pytest.mark.parametrize("name", ["tiny-sd15", "tiny-sdxl"])
+def test_unet_parity_at_a_shape_it_was_not_traced_at(exports, name):
+    from diffusers import UNet2DConditionModel
+
+    src, out = exports[name]
+    unet = UNet2DConditionModel.from_pretrained(src / "unet").eval()
+    inputs = _unet_inputs(unet.config, batch=3, h=24, w=16)  # traced at batch 2, 16x16
+    ours = _infer(out / "unet" / MODEL_XML, {k: v.numpy() for k, v in inputs.items()})["out_sample"]
+    _assert_close(ours, _torch_unet(unet, inputs))
+
+
+def test_vae_parity(exports):
+    from diffusers import AutoencoderKL
+
+    src, out = exports["tiny-sd15"]
+    vae = AutoencoderKL.from_pretrained(src / "vae").eval()
+    g = torch.Generator().manual_seed(0)
+    latents = torch.randn(2, 4, 8, 12, generator=g)
+    image = torch.rand(1, 3, 48, 64, generator=g) * 2 - 1
+    with torch.no_grad():
+        decoded = vae.decode(latents).sample.numpy()
+        moments = vae.quant_conv(vae.encoder(image)).numpy()
+    _assert_close(
+        _infer(out / "vae_decoder" / MODEL_XML, {"latent_sample": latents.numpy()})["sample"], decoded
+    )
+    encoded = _infer(out / "vae_encoder" / MODEL_XML, {"sample": image.numpy()})["latent_parameters"]
+    _assert_close(encoded, moments)
+    with torch.no_grad():  # the mean half is what diffusers' latent_dist.mode() returns
+        np.testing.assert_allclose(encoded[:, :4], vae.encode(image).latent_dist.mode().numpy(), atol=1e-4)
+
+
+# ----------------------------------------------------------------------------------------------
+# Re-export, fp16 weights, static shapes
+# ----------------------------------------------------------------------------------------------
+
+
+def test_reexport_is_a_noop_unless_forced(exports, capsys):
+    src, out = exports["tiny-sd15"]
+    files = sorted(out.rglob("*"))
+    stamps = {p: p.stat().st_mtime_ns for p in files if p.is_file()}
+    assert export_pipeline(src, out, progress=False) == out
+    assert "already holds a complete OpenVINO export" in capsys.readouterr().out
+    assert sorted(out.rglob("*")) == files
+    assert {p: p.stat().st_mtime_ns for p in stamps} == stamps
+    # a request that differs from what is there is still a no-op, and says what is there
+    export_pipeline(src, out, weight_dtype="fp16", progress=False)
+    assert "'weight_dtype': 'fp32'" in capsys.readouterr().out
+    # force re-exports (one cheap component here)
+    xml = out / "text_encoder" / MODEL_XML
+    before = xml.stat().st_mtime_ns
+    export_pipeline(src, out, components=["text_encoder"], force=True, progress=False)
+    assert xml.stat().st_mtime_ns > before
+    assert json.loads((out / MANIFEST).read_text())["components"][-1] == "vae_encoder"  # still all listed
+
+
+def test_fp16_weights_halve_the_size_and_stay_close(exports, tmp_path):
+    src, out = exports["tiny-sdxl"]
+    half = export_pipeline(
+        src, tmp_path / "fp16", components=["text_encoder_2"], weight_dtype="fp16", progress=False
+    )
+    full_bin = (out / "text_encoder_2" / "openvino_model.bin").stat().st_size
+    half_bin = (half / "text_encoder_2" / "openvino_model.bin").stat().st_size
+    assert 0.4 < half_bin / full_bin < 0.6
+    ids = np.tile(np.arange(77, dtype=np.int64), (2, 1))
+    ref = _infer(out / "text_encoder_2" / MODEL_XML, {"input_ids": ids})["text_embeds"]
+    got = _infer(half / "text_encoder_2" / MODEL_XML, {"input_ids": ids})["text_embeds"]
+    # weights rounded to 11 significant bits: relative error ~ 2**-11 per weight, a few 1e-3 overall
+    assert 0 < np.abs(got - ref).max() < 1e-2 * np.abs(ref).max()
+
+
+def test_reshape_static_model_is_static_and_still_matches(exports):
+    from diffusers import UNet2DConditionModel
+
+    src, out = exports["tiny-sdxl"]
+    model = reshape_static(ov.Core().read_model(out / "unet" / MODEL_XML), batch=1, height=64, width=96)
+    assert is_static(model)
+    shapes = {p.get_any_name(): list(p.get_shape()) for p in model.inputs}
+    assert shapes == {
+        "sample": [2, 4, 8, 12],  # classifier-free guidance doubles the batch
+        "timestep": [1],
+        "encoder_hidden_states": [2, 77, 64],
+        "text_embeds": [2, 32],
+        "time_ids": [2, 6],
+    }
+    unet = UNet2DConditionModel.from_pretrained(src / "unet").eval()
+    inputs = _unet_inputs(unet.config, batch=2, h=8, w=12, seed=1)
+    ours = _infer(model, {k: v.numpy() for k, v in inputs.items()})["out_sample"]
+    _assert_close(ours, _torch_unet(unet, inputs))
+    with pytest.raises(ValueError, match="multiples of 8"):
+        reshape_static(ov.Core().read_model(out / "unet" / MODEL_XML), 1, 60, 64)
+
+
+def test_reshape_static_folder_and_export_argument(exports, tmp_path):
+    _, out = exports["tiny-sd15"]
+    copy = shutil.copytree(out, tmp_path / "static")
+    reshape_static(copy, batch=2, height=64, width=64, guidance=False)
+    core = ov.Core()
+    shapes = {
+        xml.parent.name: {p.get_any_name(): list(p.get_shape()) for p in core.read_model(xml).inputs}
+        for xml in copy.glob(f"*/{MODEL_XML}")
+    }
+    assert shapes["text_encoder"] == {"input_ids": [2, 77]}
+    assert shapes["unet"]["sample"] == [2, 4, 8, 8]
+    assert shapes["vae_decoder"] == {"latent_sample": [2, 4, 8, 8]}
+    assert shapes["vae_encoder"] == {"sample": [2, 3, 64, 64]}
+    assert json.loads((copy / MANIFEST).read_text())["static"]["batch"] == 2
+    # the static argument of export_pipeline does the same at export time
+    src, _ = exports["tiny-sdxl"]
+    static = export_pipeline(
+        src, tmp_path / "exp", components=["text_encoder"], static=(1, 64, 64), progress=False
+    )
+    model = core.read_model(static / "text_encoder" / MODEL_XML)
+    assert is_static(model) and list(model.inputs[0].get_shape()) == [2, 77]
+    assert StaticShape.coerce({"batch": 3}).model_batch == 6
+
+
+# ----------------------------------------------------------------------------------------------
+# Errors
+# ----------------------------------------------------------------------------------------------
+
+
+def test_clear_errors(tmp_path, tiny_sd15):
+    with pytest.raises(CheckpointError, match="No checkpoint folder"):
+        export_pipeline(tmp_path / "nowhere", tmp_path / "out")
+    flux = tmp_path / "flux"
+    flux.mkdir()
+    (flux / "model_index.json").write_text(json.dumps({"_class_name": "FluxPipeline"}))
+    with pytest.raises(CheckpointError, match="'FluxPipeline'.*Stable Diffusion 1.x/2.x and SDXL"):
+        export_pipeline(flux, tmp_path / "out")
+    with pytest.raises(ValueError, match="Unknown components \\['text_encoder_2'\\]"):
+        export_pipeline(tiny_sd15, tmp_path / "out", components=["text_encoder_2"])
+    with pytest.raises(ValueError, match="weight_dtype"):
+        export_pipeline(tiny_sd15, tmp_path / "out", weight_dtype="int8")
+    assert not (tmp_path / "out").exists()
