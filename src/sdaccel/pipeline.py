@@ -1,0 +1,496 @@
+"""Text-to-image with SDXL and SD 1.x / 2.x in JAX: the whole sampling loop is one compiled program.
+
+diffusers' pipelines drive the UNet from Python, one step at a time. Here everything from the
+initial noise to the decoded image is one ``jax.jit`` function, :meth:`Pipeline.denoise_and_decode`::
+
+    latents * init_noise_sigma
+    fori_loop over the n steps:                      # one XLA while loop, compiled once
+        x = scheduler.scale_model_input(latents, i)
+        eps = unet([x, x], t_i, [negative, positive] text conditioning)   # guidance batch
+        eps = eps_neg + guidance_scale * (eps_pos - eps_neg)
+        latents = scheduler.step(eps, i, latents)
+    images = vae.decode(latents / scaling_factor) / 2 + 0.5, clipped to [0, 1]
+
+XLA sees the entire loop, so it fuses, plans memory once and launches nothing from Python between
+steps; it is compiled once per input *shape* (batch, resolution, number of steps) and cached.
+Prompt encoding is a second, small jitted function (:mod:`sdaccel.text`).
+
+The same code runs SDXL (two text encoders, ``text_time`` micro-conditioning) and SD 1.x / 2.x
+(one encoder): ``model_index.json`` and the component configs decide.
+
+Reproducible noise: :func:`initial_noise` draws image ``k`` of the global batch from
+``fold_in(key(seed), k)``, so an image depends only on ``(seed, k)``, never on how the batch is
+split across calls or devices.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import os
+import time
+from collections.abc import Callable, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from sdaccel import schedulers, text
+from sdaccel.checkpoint import COMPONENT_PATTERNS, CheckpointError, read_config, read_json, resolve_checkpoint
+
+#: The dtypes the models may run in. The VAE stays float32 when its config says ``force_upcast``.
+SUPPORTED_DTYPES = (jnp.float32, jnp.bfloat16, jnp.float16)
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class Conditioning:
+    """Everything the UNet is conditioned on, per image, batch first.
+
+    ``G`` is the guidance axis: 2 with classifier-free guidance (index 0 = negative prompt,
+    1 = prompt), 1 without. Keeping it as its own axis (rather than stacking negatives after the
+    positives as diffusers does) means a batch sharded over devices on axis 0 stays local: the
+    (B, G) -> (B * G) reshape inside the loop moves no data between devices.
+
+    prompt_embeds: (B, G, 77, D) text sequence for cross-attention.
+    text_embeds: (B, G, P) SDXL's pooled text embedding, None for SD 1.x / 2.x.
+    time_ids: (B, G, 6) SDXL's (original_size, crops_coords_top_left, target_size), None otherwise.
+    """
+
+    prompt_embeds: jax.Array
+    text_embeds: jax.Array | None = None
+    time_ids: jax.Array | None = None
+
+
+@dataclasses.dataclass
+class GenerationResult:
+    """images: one PIL image per prompt. array: the same, (B, H, W, 3) float32 in [0, 1].
+    timings: seconds; ``compile_s`` (0 when every program was already compiled) is kept apart
+    from ``run_s`` (encode + denoise + decode), and ``per_image_s = run_s / B``."""
+
+    images: list
+    array: np.ndarray
+    timings: dict
+
+
+@functools.partial(jax.jit, static_argnums=(2,))
+def initial_noise(seed: int | jax.Array, indices: jax.Array, shape: tuple[int, int, int]) -> jax.Array:
+    """Standard normal latents (len(indices), h, w, c) in float32, image ``k`` drawn from
+    ``fold_in(key(seed), k)``. Pass the *global* batch indices of the images a call (or a
+    device) makes, e.g. ``jnp.arange(start, start + n)``, and the images do not depend on the split."""
+    key = jax.random.key(seed)
+    return jax.vmap(lambda k: jax.random.normal(jax.random.fold_in(key, k), shape, jnp.float32))(indices)
+
+
+class CompiledCache:
+    """``jax.jit(fn)``, compiled explicitly (``lower(...).compile()``) once per input signature,
+    so that the time spent compiling is measured apart from the time spent running.
+
+    ``compile_s`` accumulates the compile seconds; read and reset it around a call.
+    """
+
+    def __init__(self, fn: Callable, **jit_kwargs):
+        self.jitted = jax.jit(fn, **jit_kwargs)
+        self.cache: dict = {}
+        self.compile_s = 0.0
+
+    @staticmethod
+    def signature(args) -> tuple:
+        leaves, treedef = jax.tree.flatten(args)
+        return treedef, tuple((np.shape(x), jnp.result_type(x), getattr(x, "sharding", None)) for x in leaves)
+
+    def __call__(self, *args):
+        key = self.signature(args)
+        if key not in self.cache:
+            start = time.perf_counter()
+            self.cache[key] = self.jitted.lower(*args).compile()
+            self.compile_s += time.perf_counter() - start
+        return self.cache[key](*args)
+
+
+def _check_dtype(dtype):
+    if jnp.dtype(dtype) not in [jnp.dtype(d) for d in SUPPORTED_DTYPES]:
+        names = [jnp.dtype(d).name for d in SUPPORTED_DTYPES]
+        raise ValueError(f"Unsupported dtype {dtype!r}: use one of {names} (bfloat16 on TPU).")
+    return jnp.dtype(dtype)
+
+
+class Pipeline:
+    """SDXL / SD text-to-image. Build it with :meth:`from_pretrained`, run it with :meth:`generate`.
+
+    The models live here as ``nnx`` graph definitions (static structure) plus ``params`` (the
+    weights, a dict of ``nnx.State`` pytrees), so that the compiled function takes the weights as
+    an argument and can be given shardings for them.
+    """
+
+    def __init__(
+        self, prompt_encoder: text.PromptEncoder, unet, vae, scheduler: schedulers.Scheduler, folder=None
+    ):
+        self.folder = folder
+        self.prompt_encoder = prompt_encoder
+        self.scheduler = scheduler
+        self.unet_config, self.vae_config = unet.config, vae.config
+        self.is_sdxl = unet.config.addition_embed_type == "text_time"
+        if self.is_sdxl != prompt_encoder.is_sdxl:
+            raise CheckpointError("The UNet's addition_embed_type and the number of text encoders disagree.")
+        self.vae_scale_factor = 2 ** (len(vae.config.block_out_channels) - 1)
+        self.dtypes = {"text": prompt_encoder.dtype, "unet": unet.dtype, "vae": vae.dtype}
+        self._unet_graphdef, unet_params = nnx.split(unet)
+        self._vae_graphdef, vae_params = nnx.split(vae)
+        self.params = {"unet": unet_params, "vae": vae_params}
+        self.set_jit_options()
+
+    @property
+    def unet(self):
+        """The UNet as an ``nnx`` module (sharing ``params["unet"]``)."""
+        return nnx.merge(self._unet_graphdef, self.params["unet"])
+
+    @property
+    def vae(self):
+        return nnx.merge(self._vae_graphdef, self.params["vae"])
+
+    def components(self) -> dict:
+        """Every model by its checkpoint folder name: text_encoder(_2), unet, vae."""
+        names = ["text_encoder", "text_encoder_2"][: len(self.prompt_encoder.params)]
+        return {
+            **dict(zip(names, self.prompt_encoder.text_encoders, strict=True)),
+            "unet": self.unet,
+            "vae": self.vae,
+        }
+
+    # ------------------------------------------------------------------------------------------
+    # Loading
+    # ------------------------------------------------------------------------------------------
+
+    @classmethod
+    def from_pretrained(
+        cls,
+        path_or_id: str | os.PathLike,
+        dtype=jnp.bfloat16,
+        variant: str | None = None,
+        scheduler: str | None = None,
+        sharding: Callable[[str, tuple], jax.sharding.Sharding] | None = None,
+        progress: bool = True,
+    ) -> Pipeline:
+        """Load a diffusers-format SDXL or SD 1.x / 2.x checkpoint (a folder or a hub id).
+
+        Args:
+          dtype: float32, bfloat16 or float16 for the UNet and text encoders; the VAE stays float32
+            when its config says ``force_upcast`` (SDXL's does).
+          variant: ``"fp16"`` to read (and download only) the ``*.fp16.safetensors`` weights.
+          scheduler: ``"euler"`` or ``"ddim"`` to override the checkpoint's scheduler class (see
+            :func:`sdaccel.schedulers.from_config`; unimplemented classes fall back to Euler).
+          sharding: maps ``(component, parameter path)`` to a ``jax.sharding.Sharding``, used as
+            each weight is placed on the devices (component: ``unet``, ``vae``, ``text_encoder``...).
+        """
+        from sdaccel.models.unet import load_unet
+        from sdaccel.models.vae import load_vae
+
+        dtype = _check_dtype(dtype)
+        index = read_json(resolve_checkpoint(path_or_id, components=[]) / "model_index.json")
+        components = [
+            name
+            for name, value in index.items()
+            if name in COMPONENT_PATTERNS and isinstance(value, list) and value[0] is not None
+        ]
+        folder = resolve_checkpoint(path_or_id, components=components, variant=variant)
+        missing = {"unet", "vae", "text_encoder", "tokenizer", "scheduler"} - set(components)
+        if missing:
+            raise CheckpointError(
+                f"{path_or_id}: model_index.json lists no {sorted(missing)}; not a text-to-image SD checkpoint."
+            )
+
+        def place(component):
+            return None if sharding is None else (lambda path: sharding(component, path))
+
+        is_sdxl = "text_encoder_2" in components
+        prompt_encoder = text.load_prompt_encoder(
+            folder,
+            dtype=dtype,
+            sharding=sharding,
+            progress=progress,
+            variant=variant,
+            force_zeros_for_empty_prompt=is_sdxl and index.get("force_zeros_for_empty_prompt", True),
+        )
+        unet = load_unet(
+            folder, "unet", dtype=dtype, sharding=place("unet"), progress=progress, variant=variant
+        )
+        vae_config = read_config(folder, "vae")
+        vae_dtype = jnp.float32 if vae_config.get("force_upcast", True) else dtype
+        vae = load_vae(
+            folder,
+            "vae",
+            dtype=vae_dtype,
+            sharding=place("vae"),
+            progress=progress,
+            force_upcast=False,
+            variant=variant,
+        )
+        sched = schedulers.from_config(read_config(folder, "scheduler"), kind=scheduler)
+        return cls(prompt_encoder, unet, vae, sched, folder=folder)
+
+    def set_jit_options(self, *, denoise: dict | None = None, encode: dict | None = None) -> None:
+        """(Re)build the two compiled functions with these ``jax.jit`` keyword arguments
+        (``in_shardings``, ``out_shardings``, ``donate_argnums``...) and drop what was compiled.
+        This is the hook for running the pipeline sharded over a device mesh."""
+        self._denoise = CompiledCache(self.denoise_and_decode, **(denoise or {}))
+        self._encode = CompiledCache(self.prompt_encoder.encode_ids, **(encode or {}))
+
+    # ------------------------------------------------------------------------------------------
+    # The compiled program
+    # ------------------------------------------------------------------------------------------
+
+    def denoise_and_decode(
+        self,
+        params: dict,
+        state,
+        cond: Conditioning,
+        latents: jax.Array,
+        guidance_scale: jax.Array,
+    ) -> jax.Array:
+        """Initial noise -> images, as one pure function (jit it, shard it).
+
+        Args:
+          params: ``{"unet": nnx.State, "vae": nnx.State}``, i.e. ``pipeline.params``.
+          state: the scheduler state, ``pipeline.scheduler.set_timesteps(steps)``; its arrays
+            have the number of steps as their (static) length.
+          cond: :class:`Conditioning`, every field batch-first (B, G, ...).
+          latents: (B, h, w, C) standard-normal noise in float32 (NHWC, h = height / 8); it is
+            scaled by the scheduler's ``init_noise_sigma`` here, as diffusers' ``prepare_latents``.
+          guidance_scale: () float32; used only when G == 2.
+
+        Returns:
+          (B, H, W, 3) float32 images in [0, 1]. Every input and the output have the batch on axis
+          0 and no operation mixes images, so the batch can be sharded over devices freely.
+
+        The latents are float32 throughout the loop; the UNet computes in its weights' dtype and
+        the VAE in its own (float32 when ``force_upcast``).
+        """
+        unet = nnx.merge(self._unet_graphdef, params["unet"])
+        vae = nnx.merge(self._vae_graphdef, params["vae"])
+        batch, groups = cond.prompt_embeds.shape[:2]
+
+        def fold(x):  # (B, G, ...) -> (B * G, ...)
+            return None if x is None else x.reshape(batch * groups, *x.shape[2:])
+
+        context, text_embeds, time_ids = fold(cond.prompt_embeds), fold(cond.text_embeds), fold(cond.time_ids)
+
+        def denoise_step(i, latents):
+            with jax.named_scope("scale_model_input"):
+                x = self.scheduler.scale_model_input(state, latents, i)
+                x = fold(jnp.broadcast_to(x[:, None], (batch, groups, *x.shape[1:])))
+            with jax.named_scope("unet"):
+                out = unet(x, state.timesteps[i], context, text_embeds, time_ids)
+            out = out.reshape(batch, groups, *out.shape[1:]).astype(jnp.float32)
+            with jax.named_scope("guidance"):
+                if groups == 2:
+                    eps = out[:, 0] + guidance_scale * (out[:, 1] - out[:, 0])
+                else:
+                    eps = out[:, 0]
+            with jax.named_scope("scheduler_step"):
+                return self.scheduler.step(state, eps, i, latents)
+
+        latents = latents.astype(jnp.float32) * state.init_noise_sigma
+        latents = jax.lax.fori_loop(0, state.timesteps.shape[0], denoise_step, latents)
+        with jax.named_scope("vae_decode"):
+            images = vae.decode(self.unscale_latents(latents))
+        return jnp.clip(images.astype(jnp.float32) / 2 + 0.5, 0.0, 1.0)
+
+    def unscale_latents(self, latents: jax.Array) -> jax.Array:
+        """Diffusion latents -> VAE latents: ``/ scaling_factor`` (and the per-channel
+        ``latents_mean`` / ``latents_std`` when the VAE config has them), as diffusers does."""
+        cfg = self.vae_config
+        if cfg.latents_mean is not None and cfg.latents_std is not None:
+            mean, std = jnp.asarray(cfg.latents_mean), jnp.asarray(cfg.latents_std)
+            return latents * std / cfg.scaling_factor + mean
+        return latents / cfg.scaling_factor
+
+    # ------------------------------------------------------------------------------------------
+    # Inputs
+    # ------------------------------------------------------------------------------------------
+
+    def default_size(self) -> tuple[int, int]:
+        """(height, width) the UNet was trained at: ``sample_size * vae_scale_factor``."""
+        size = self.unet_config.sample_size or 128
+        h, w = (size, size) if isinstance(size, int) else size
+        return h * self.vae_scale_factor, w * self.vae_scale_factor
+
+    def latent_shape(self, height: int, width: int) -> tuple[int, int, int]:
+        f = self.vae_scale_factor
+        if height % f or width % f or height <= 0 or width <= 0:
+            raise ValueError(
+                f"height and width must be positive multiples of {f} (the VAE's downsampling factor); "
+                f"got {height}x{width}. Try {max(f, height // f * f)}x{max(f, width // f * f)}."
+            )
+        return height // f, width // f, self.unet_config.in_channels
+
+    def conditioning(
+        self,
+        prompts: Sequence[str],
+        negative_prompts: str | Sequence[str] | None,
+        guidance_scale: float,
+        height: int,
+        width: int,
+        original_size: tuple[int, int] | None = None,
+        crops_coords_top_left: tuple[int, int] = (0, 0),
+        target_size: tuple[int, int] | None = None,
+    ) -> Conditioning:
+        """Encode the prompts into a :class:`Conditioning` (guidance axis included)."""
+        guided = guidance_scale > 1.0
+        emb = self.prompt_encoder(prompts, negative_prompts, guided, encode=self._encode)
+        pairs = [emb.negative_prompt_embeds, emb.prompt_embeds] if guided else [emb.prompt_embeds]
+        cond = Conditioning(jnp.stack(pairs, axis=1))
+        if not self.is_sdxl:
+            return cond
+        pooled = jnp.stack([emb.negative_pooled, emb.pooled] if guided else [emb.pooled], axis=1)
+        ids = [*(original_size or (height, width)), *crops_coords_top_left, *(target_size or (height, width))]
+        time_ids = jnp.broadcast_to(jnp.asarray(ids, jnp.float32), (len(prompts), len(pairs), 6))
+        return dataclasses.replace(cond, text_embeds=pooled, time_ids=time_ids)
+
+    # ------------------------------------------------------------------------------------------
+    # The user-facing call
+    # ------------------------------------------------------------------------------------------
+
+    def generate(
+        self,
+        prompts: str | Sequence[str],
+        negative_prompts: str | Sequence[str] | None = None,
+        steps: int = 20,
+        guidance_scale: float = 5.0,
+        height: int | None = None,
+        width: int | None = None,
+        seed: int = 0,
+        first_index: int = 0,
+        latents: jax.Array | np.ndarray | None = None,
+        original_size: tuple[int, int] | None = None,
+        crops_coords_top_left: tuple[int, int] = (0, 0),
+        target_size: tuple[int, int] | None = None,
+    ) -> GenerationResult:
+        """One image per prompt.
+
+        Args:
+          prompts: a string or a list of B strings.
+          negative_prompts: None, one string for all, or a list of B strings. For SDXL, None
+            means zero embeddings (``force_zeros_for_empty_prompt``) and ``""`` the encoded empty text.
+          steps: sampling steps. guidance_scale: classifier-free guidance; <= 1 turns it off.
+          height, width: multiples of 8; default: the UNet's training size (1024 for SDXL).
+          seed, first_index: image k of this call starts from the noise of global index
+            ``first_index + k``, ``fold_in(key(seed), first_index + k)`` (see :func:`initial_noise`):
+            a batch split over several calls gives the same images as one call.
+          latents: (B, h, w, C) NHWC standard-normal noise to start from instead (not yet scaled
+            by ``init_noise_sigma``: pass the same array as diffusers' ``latents``, transposed).
+          original_size, crops_coords_top_left, target_size: SDXL's size conditioning, (height,
+            width) pairs; the defaults (the output size, no crop) are diffusers'.
+        """
+        prompts = [prompts] if isinstance(prompts, str) else list(prompts)
+        if not prompts:
+            raise ValueError("Pass at least one prompt.")
+        if negative_prompts is not None:
+            text.normalize_negative_prompts(negative_prompts, len(prompts))  # fail before compiling
+        default_h, default_w = self.default_size()
+        height, width = height or default_h, width or default_w
+        shape = self.latent_shape(height, width)
+        if latents is None:
+            latents = initial_noise(seed, jnp.arange(first_index, first_index + len(prompts)), shape)
+        elif tuple(latents.shape) != (len(prompts), *shape):
+            raise ValueError(
+                f"latents have shape {tuple(latents.shape)}, expected {(len(prompts), *shape)} "
+                f"(batch, height/{self.vae_scale_factor}, width/{self.vae_scale_factor}, channels), channels-last."
+            )
+        state = self.scheduler.set_timesteps(steps)
+
+        encode_compile, denoise_compile = self._encode.compile_s, self._denoise.compile_s
+        start = time.perf_counter()
+        cond = self.conditioning(
+            prompts,
+            negative_prompts,
+            guidance_scale,
+            height,
+            width,
+            original_size,
+            crops_coords_top_left,
+            target_size,
+        )
+        jax.block_until_ready(cond)
+        encoded = time.perf_counter()
+        images = self._denoise(
+            self.params, state, cond, jnp.asarray(latents, jnp.float32), jnp.float32(guidance_scale)
+        )
+        array = np.asarray(jax.block_until_ready(images))
+        end = time.perf_counter()
+
+        encode_compile = self._encode.compile_s - encode_compile
+        denoise_compile = self._denoise.compile_s - denoise_compile
+        compile_s = encode_compile + denoise_compile
+        run_s = end - start - compile_s
+        timings = {
+            "compile_s": compile_s,
+            "run_s": run_s,
+            "per_image_s": run_s / len(prompts),
+            "encode_s": encoded - start - encode_compile,
+            "denoise_decode_s": end - encoded - denoise_compile,
+            "batch": len(prompts),
+            "steps": steps,
+            "height": height,
+            "width": width,
+        }
+        return GenerationResult(to_pil(array), array, timings)
+
+
+def describe_unet(config, latent_height: int, latent_width: int) -> list[dict]:
+    """One row per UNet block (down, mid, up): resolution, channels, ResNets and transformer layers.
+
+    Each transformer layer (``BasicTransformerBlock``) holds one self-attention over the pixels
+    of that level and one cross-attention to the text; at the top level of SDXL (128x128 latents)
+    a self-attention would see 16,384 tokens, which is why SDXL has none there.
+    """
+    channels = list(config.block_out_channels)
+    layers = config.per_block(config.layers_per_block)
+    depth = config.per_block(config.transformer_layers_per_block)
+    heads = config.heads_per_block
+    n = len(channels)
+
+    def row(part, level, kind, resnets, with_attention, transformers=None):
+        attn = transformers if transformers is not None else (resnets if with_attention else 0)
+        return {
+            "block": part,
+            "type": kind,
+            "resolution": f"{latent_height >> level}x{latent_width >> level}",
+            "channels": channels[level],
+            "resnets": resnets,
+            "transformer_layers": attn * depth[level],
+            "heads": heads[level] if attn else 0,
+            "head_dim": channels[level] // heads[level] if attn else 0,
+        }
+
+    rows = [
+        row(f"down_blocks.{i}", i, kind, layers[i], kind.startswith("CrossAttn"))
+        for i, kind in enumerate(config.down_block_types)
+    ]
+    rows.append(row("mid_block", n - 1, config.mid_block_type, 2, True, transformers=1))
+    rows += [
+        row(f"up_blocks.{i}", n - 1 - i, kind, layers[n - 1 - i] + 1, kind.startswith("CrossAttn"))
+        for i, kind in enumerate(config.up_block_types)
+    ]
+    return rows
+
+
+def image_grid(images: Sequence, cols: int | None = None):
+    """Paste PIL images (all the same size) into one grid image, ``cols`` per row."""
+    from PIL import Image
+
+    cols = cols or min(len(images), 4)
+    rows = -(-len(images) // cols)
+    w, h = images[0].size
+    grid = Image.new("RGB", (cols * w, rows * h), "white")
+    for i, img in enumerate(images):
+        grid.paste(img, ((i % cols) * w, (i // cols) * h))
+    return grid
+
+
+def to_pil(images: np.ndarray) -> list:
+    """(B, H, W, 3) floats in [0, 1] -> PIL images, rounded as diffusers' ``numpy_to_pil``."""
+    from PIL import Image
+
+    return [Image.fromarray(img) for img in (images * 255).round().astype(np.uint8)]
