@@ -82,6 +82,30 @@ CHECKS = {
         and r["versions"]["jax"] == "0.10.2"
         and r["text_embedding_shape"][1] == 77
     ),
+    "01_sdxl_in_jax": lambda r: (
+        r["params"]["unet"] > 0 and r["compile_s"] > 0 and r["max_abs_diff_vs_torch"] < 2 / 255
+    ),
+    "02_sharding_across_cores": lambda r: (
+        r["same_images"] is True
+        and r["same_images_all_counts"] is True
+        and r["mesh_shape"] == {"data": 8}
+        and r["params_replicated"] is True
+        and r["model_parallel_mesh"] == {"data": 4, "model": 2}
+        and r["weight_bytes_per_device_model_parallel"] < r["weight_bytes_per_device"]
+    ),
+    "04_openvino_export_and_run": lambda r: (
+        r["precision_f32_ran"] == "f32"
+        and r["parity_vs_diffusers"]["max_abs"] < 1e-4
+        and r["genai_vs_python_max_abs_255"] <= 2
+        and r["static_speedup"] > 0
+        and r["export_sizes_mb"]["unet"] > 0
+    ),
+    "03_tpu_performance": lambda r: (
+        r["cache_hits_second_start"] >= 1
+        and r["utilisation"] is None  # a CPU has no peak in the table: no made-up utilisation
+        and r["flops_per_image"] > 0
+        and r["cost_per_1000_images"] > 0
+    ),
 }
 
 

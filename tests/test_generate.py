@@ -1,0 +1,123 @@
+"""``python -m sdaccel.generate`` on the tiny SDXL checkpoint: in this process, and as two JAX
+processes (CPU collectives) that must write the same images."""
+
+from __future__ import annotations
+
+import jax
+
+try:
+    jax.config.update("jax_num_cpu_devices", 8)
+except RuntimeError:  # backends already started by an earlier test module
+    pass
+
+import json
+import os
+import socket
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from sdaccel import generate
+from sdaccel.sharding import ShardingError
+
+PROMPTS = ["a red circle", "a cat", "", "a blue square on a white background", "a horse riding", "a dog"]
+COMMON = ["--steps", "2", "--height", "64", "--width", "64", "--dtype", "float32", "--no-progress"]
+
+
+def write_prompts(folder) -> str:
+    path = folder / "prompts.txt"
+    path.write_text("\n".join(PROMPTS) + "\n")
+    return str(path)
+
+
+def load_images(folder, n):
+    return [np.asarray(Image.open(folder / f"{k:05d}.png")).astype(int) for k in range(n)]
+
+
+@pytest.fixture(scope="module")
+def single_run(tiny_sdxl, tmp_path_factory):
+    """One run in this process: batch = every device, 5 prompts, so the last batch is padded."""
+    folder = tmp_path_factory.mktemp("generate")
+    out = folder / "out"
+    generate.main(["--model", str(tiny_sdxl), "--prompts", write_prompts(folder), "--out", str(out), *COMMON])
+    return out
+
+
+def test_parser_and_prompt_file(tmp_path):
+    args = generate.build_parser().parse_args(["--model", "m", "--prompts", "p.txt", "--out", "o"])
+    assert (args.steps, args.height, args.width, args.dtype, args.mesh) == (
+        20,
+        1024,
+        1024,
+        "bfloat16",
+        "auto",
+    )
+    assert args.batch is None and args.guidance == 5.0
+    (tmp_path / "p.txt").write_text("one\n\n  two  \n")
+    assert generate.read_prompts(tmp_path / "p.txt") == ["one", "two"]
+    (tmp_path / "empty.txt").write_text("\n \n")
+    with pytest.raises(SystemExit, match="no prompts"):
+        generate.read_prompts(tmp_path / "empty.txt")
+
+
+def test_writes_images_records_and_timing(single_run):
+    files = sorted(p.name for p in single_run.glob("*.png"))
+    assert files == [f"{k:05d}.png" for k in range(5)]  # the padding images are dropped
+    records = [json.loads(line) for line in (single_run / "images.jsonl").read_text().splitlines()]
+    assert [r["prompt"] for r in records] == [p for p in PROMPTS if p]
+    assert [r["noise_index"] for r in records] == list(range(5))
+    timing = json.loads((single_run / "timing.json").read_text())
+    assert timing["prompts"] == 5 and timing["device_count"] == jax.device_count()
+    assert timing["batch"] == jax.device_count() and timing["compile_s"] > 0 and timing["images_per_s"] > 0
+    assert sum(b["images_kept"] for b in timing["per_batch"]) == 5
+    first = load_images(single_run, 2)
+    assert first[0].shape == (64, 64, 3) and np.abs(first[0] - first[1]).max() > 0  # different noise
+
+
+@pytest.mark.skipif(jax.device_count() < 2, reason="needs 2 devices")
+def test_indivisible_batch_fails_before_loading(tmp_path):
+    args = ["--model", "does-not-matter", "--prompts", write_prompts(tmp_path), "--out", str(tmp_path / "o")]
+    with pytest.raises(ShardingError, match="multiple of 2"):
+        generate.main([*args, "--mesh", "2", "--batch", "3", *COMMON])
+
+
+@pytest.mark.slow
+def test_two_processes_write_the_same_images(single_run, tiny_sdxl, tmp_path):
+    with socket.socket() as s:
+        s.bind(("localhost", 0))
+        port = s.getsockname()[1]
+    out = tmp_path / "out"
+    cmd = [
+        sys.executable,
+        "-m",
+        "sdaccel.generate",
+        "--model",
+        str(tiny_sdxl),
+        "--prompts",
+        write_prompts(tmp_path),
+    ]
+    procs = []
+    for pid in range(2):
+        env = {
+            **os.environ,
+            "SDACCEL_COORDINATOR_ADDRESS": f"localhost:{port}",
+            "SDACCEL_NUM_PROCESSES": "2",
+            "SDACCEL_PROCESS_ID": str(pid),
+            "JAX_PLATFORMS": "cpu",
+            "XLA_FLAGS": "--xla_force_host_platform_device_count=2",
+        }
+        argv = [*cmd, "--out", str(out), "--batch", "4", *COMMON]
+        procs.append(
+            subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        )
+    for p in procs:
+        _, err = p.communicate(timeout=240)
+        assert p.returncode == 0, err[-4000:]
+    timing = json.loads((out / "timing.json").read_text())
+    assert (timing["process_count"], timing["device_count"], timing["batches"]) == (2, 4, 2)
+    # batch 4 on 4 devices of 2 hosts against batch 8 on this process's devices: same pixels
+    for two, one in zip(load_images(out, 5), load_images(single_run, 5), strict=True):
+        assert np.abs(two - one).max() <= 1  # uint8 rounding of float noise at most
