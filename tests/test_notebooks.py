@@ -100,6 +100,17 @@ CHECKS = {
         and r["static_speedup"] > 0
         and r["export_sizes_mb"]["unet"] > 0
     ),
+    "05_int8_quantization": lambda r: (
+        set(r["variants"]) == {"int8_weights", "hybrid", "full_int8"}
+        and all(r["size_bytes"][v] < r["size_bytes"]["fp32"] for v in r["variants"])
+        and all(r["quality"][v]["ssim_mean"] > 0.5 for v in r["variants"])
+        and r["reference_precisions"]["unet"] == "f32"
+    ),
+    "06_cpu_benchmark_and_comparison": lambda r: (
+        {"torch_fp32", "ov_bf16", "full_int8"} <= set(r["s_per_step"])
+        and all(t > 0 for t in r["s_per_step"].values())
+        and r["speedup"]["full_int8"]["vs_torch_fp32"] > 0
+    ),
     "03_tpu_performance": lambda r: (
         r["cache_hits_second_start"] >= 1
         and r["utilisation"] is None  # a CPU has no peak in the table: no made-up utilisation

@@ -1,0 +1,775 @@
+"""Seconds per UNet step on CPU: PyTorch fp32 vs OpenVINO f32 / bf16 / three INT8 recipes.
+
+    python benchmarks/bench_openvino.py                               # SD 1.5 and SDXL, every variant
+    python benchmarks/bench_openvino.py --models sd15 --iters 5
+    python benchmarks/bench_openvino.py --models sdxl --variants ov_bf16 full_int8 --quant-memory-limit-gb 16
+    python benchmarks/bench_openvino.py --models sd15 --levers deepcache
+
+What is measured, for the *real* SD 1.5 and SDXL UNet architectures (configs in
+``sdaccel/reference_configs``) with random weights (seeded; no download), batch 2 (a prompt and
+its negative, as with classifier-free guidance) and 64x64 latents (512x512 images):
+
+``torch_fp32``    diffusers' ``UNet2DConditionModel`` in PyTorch, float32, ``inference_mode``.
+``ov_f32``        the same UNet exported to OpenVINO IR (``sdaccel.cpu.export.convert_unet``, weights
+                  stored fp16), static shapes, ``INFERENCE_PRECISION_HINT=f32``.
+``ov_bf16``       the same IR with the CPU plugin's default precision (bf16 on a CPU with
+                  AVX-512 BF16 or AMX; the script records what the plugin really used).
+``int8_weights``, ``hybrid``, ``full_int8``
+                  the recipes of ``sdaccel.cpu.quantize``, compiled with the default precision
+                  (INT8 where quantized, bf16 elsewhere).
+
+Every measurement runs in its own child process (``run_with_memory_limit``), one after the
+other, so the variants do not share caches or memory, nothing stays resident between them, and
+the peak RSS of each (export, quantization, inference) is recorded. A quantization whose RSS
+passes ``--quant-memory-limit-gb`` is stopped and reported as such. Nothing starts unless
+``psutil`` reports enough available memory (``--min-free-gb``).
+
+Per variant: the median of ``--iters`` timed UNet calls after ``--warmup`` untimed ones, in
+wall-clock seconds and in CPU seconds of the process (all its threads: on a machine shared with
+other jobs the wall clock inflates with their load, the CPU time much less; the 1-minute load
+average before and after each child is recorded too), compile time, model size on disk, and the
+speed-ups over ``torch_fp32`` and ``ov_bf16`` by both clocks.
+
+The calibration data for ``hybrid`` / ``full_int8`` here are *synthetic* UNet inputs (unit
+Gaussian latents over the whole timestep range, Gaussian text embeddings): with random weights a
+real pipeline's inputs carry no more information, and this script measures speed and memory,
+not quality (``notebooks/05_int8_quantization.ipynb`` measures quality on an exported pipeline).
+
+Lever ``deepcache`` (DeepCache, Ma et al., CVPR 2024): the deep part of the UNet changes little
+between adjacent denoising steps, so every ``N``-th step runs the full UNet and keeps the input of
+its last up block; the steps in between run only the *shallow* UNet (``conv_in``, the first down
+block without its downsampler, the last up block fed with the cached feature, ``conv_out``).
+The script exports that shallow UNet, times it in bf16 and full INT8, and reports the average
+seconds per step ``(t_full + (N - 1) t_shallow) / N``. Its quality cost needs trained weights to
+measure (random weights have no step-to-step redundancy to exploit); see the notebooks' notes.
+
+Results: a table on stdout and JSON at ``--out`` (default ``build/bench/openvino.json``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import statistics
+import sys
+import time
+from importlib import resources
+from pathlib import Path
+
+import numpy as np
+
+from sdaccel.cpu.quantize import quantize_ir
+
+#: Real architectures with random weights (configs in ``sdaccel/reference_configs``). Any other
+#: ``--models`` entry is a checkpoint (a diffusers folder or hub id; ``tiny-sd15`` / ``tiny-sdxl``
+#: are the tiny ones of ``sdaccel.tiny``) whose own UNet weights are used.
+MODELS = {"sd15": "sd-1.5", "sdxl": "sdxl-base-1.0"}
+VARIANTS = ("torch_fp32", "ov_f32", "ov_bf16", "int8_weights", "hybrid", "full_int8")
+INT8 = ("int8_weights", "hybrid", "full_int8")
+LEVERS = ("deepcache", "quant_memory")
+
+#: The quantization-memory study (lever ``quant_memory``): recipe, source IR and knobs of each run.
+MEMORY_STUDY = {
+    "full_int8 fp16-IR SQ-off": ("full_int8", "fp16", {"smooth_quant_alpha": None}),
+    "full_int8 fp16-IR SQ-off no-BC": (
+        "full_int8",
+        "fp16",
+        {"smooth_quant_alpha": None, "bias_correction": False},
+    ),
+    "full_int8 f32-IR SQ-off": ("full_int8", "f32", {"smooth_quant_alpha": None}),
+    "hybrid f32-IR": ("hybrid", "f32", {}),
+}
+
+
+# ----------------------------------------------------------------------------------------------
+# Models and inputs (run inside the child processes)
+# ----------------------------------------------------------------------------------------------
+
+
+def checkpoint_folder(model: str) -> Path | None:
+    """The checkpoint behind a ``--models`` entry, or ``None`` for a random-weight architecture."""
+    if model in MODELS:
+        return None
+    from sdaccel.tiny import BUILDERS, ensure_tiny
+
+    if model in BUILDERS:
+        return ensure_tiny("build/checkpoints", model)
+    from sdaccel.checkpoint import resolve_checkpoint
+
+    return resolve_checkpoint(model, components=["unet"])
+
+
+def label(model: str) -> str:
+    """A short name for results and folders: the key, a folder's name, or the hub id."""
+    if model in MODELS or not Path(model).is_dir():
+        return model
+    return Path(model).name
+
+
+def unet_config(model: str) -> dict:
+    folder = checkpoint_folder(model)
+    if folder is not None:
+        return json.loads((folder / "unet" / "config.json").read_text())
+    path = resources.files("sdaccel").joinpath(f"reference_configs/{MODELS[model]}/unet.json")
+    return json.loads(path.read_text())
+
+
+def build_torch_unet(model: str, seed: int = 0):
+    """A checkpoint's UNet in float32, or the real architecture with random weights (PyTorch's
+    default initialisation, seeded)."""
+    import torch
+    from diffusers import UNet2DConditionModel
+
+    folder = checkpoint_folder(model)
+    if folder is not None:
+        return UNet2DConditionModel.from_pretrained(folder / "unet", torch_dtype=torch.float32).eval()
+    torch.manual_seed(seed)
+    return UNet2DConditionModel.from_config(unet_config(model)).eval()
+
+
+def unet_inputs(model: str, batch: int, latent: int, timestep: int = 500, seed: int = 0) -> dict:
+    """One UNet call's inputs, named as in the exported IR."""
+    cfg = unet_config(model)
+    rng = np.random.default_rng(seed)
+    inputs = {
+        "sample": rng.standard_normal((batch, cfg["in_channels"], latent, latent), dtype=np.float32),
+        "timestep": np.array([timestep], dtype=np.int64),
+        "encoder_hidden_states": rng.standard_normal(
+            (batch, 77, cfg["cross_attention_dim"]), dtype=np.float32
+        ),
+    }
+    if cfg.get("addition_embed_type") == "text_time":
+        pooled = cfg["projection_class_embeddings_input_dim"] - 6 * cfg["addition_time_embed_dim"]
+        size = latent * 8
+        inputs["text_embeds"] = rng.standard_normal((batch, pooled), dtype=np.float32)
+        inputs["time_ids"] = np.tile(np.array([[size, size, 0, 0, size, size]], np.float32), (batch, 1))
+    return inputs
+
+
+def export_ir(model: str, xml: str, seed: int = 0, fp16: bool = True) -> dict:
+    """The UNet -> OpenVINO IR with the export's port names, weights stored fp16 (or f32)."""
+    import gc
+
+    import openvino as ov
+
+    from sdaccel.cpu.export import convert_unet
+
+    start = time.perf_counter()
+    unet = build_torch_unet(model, seed)
+    params = sum(p.numel() for p in unet.parameters())
+    ov_model = convert_unet(unet)
+    del unet
+    gc.collect()
+    Path(xml).parent.mkdir(parents=True, exist_ok=True)
+    ov.save_model(ov_model, xml, compress_to_fp16=fp16)
+    return {"seconds": time.perf_counter() - start, "params": params}
+
+
+def _time_calls(call, iters: int, warmup: int) -> tuple[list[float], list[float]]:
+    """Wall-clock and CPU seconds (this process, all threads) of ``iters`` calls after ``warmup``."""
+    for _ in range(warmup):
+        call()
+    times, cpu_times = [], []
+    for _ in range(iters):
+        tick, cpu = time.perf_counter(), time.process_time()
+        call()
+        times.append(time.perf_counter() - tick)
+        cpu_times.append(time.process_time() - cpu)
+    return times, cpu_times
+
+
+def time_torch(model: str, batch: int, latent: int, iters: int, warmup: int, seed: int = 0) -> dict:
+    import torch
+
+    torch.set_flush_denormal(True)  # as OpenVINO does: denormals would slow random-weight layers
+    unet = build_torch_unet(model, seed)
+    inputs = {k: torch.from_numpy(v) for k, v in unet_inputs(model, batch, latent).items()}
+    added = None
+    if "text_embeds" in inputs:
+        added = {"text_embeds": inputs["text_embeds"], "time_ids": inputs["time_ids"]}
+
+    def call():
+        with torch.inference_mode():
+            unet(
+                inputs["sample"], inputs["timestep"], inputs["encoder_hidden_states"], added_cond_kwargs=added
+            )
+
+    times, cpu_times = _time_calls(call, iters, warmup)
+    return {"times": times, "cpu_times": cpu_times, "precision": "f32", "compile_s": 0.0}
+
+
+def time_openvino(xml: str, inputs_spec: dict, precision: str | None, iters: int, warmup: int) -> dict:
+    """``quantize.time_unet`` (static shapes) on the inputs described by ``inputs_spec``:
+    ``unet_inputs``'s keyword arguments plus ``"extra"``, more input arrays given by their shapes
+    (DeepCache's cached feature)."""
+    from sdaccel.cpu.quantize import time_unet
+
+    spec = dict(inputs_spec)
+    extra = spec.pop("extra", {})
+    inputs = unet_inputs(**spec)
+    rng = np.random.default_rng(1)
+    inputs.update({name: rng.standard_normal(shape, dtype=np.float32) for name, shape in extra.items()})
+    timing = time_unet(xml, inputs, iters=iters, warmup=warmup, precision=precision, static=True)
+    return {k: timing[k] for k in ("times", "cpu_times", "compile_s", "precision")}
+
+
+def synthetic_calibration(
+    folder: str, model: str, batch: int, latent: int, count: int, extra: dict | None = None
+):
+    """``count`` UNet inputs spread over the timestep range, written as a CalibrationSet."""
+    from sdaccel.cpu.quantize import CalibrationSet
+
+    timesteps = np.linspace(999, 1, count).round().astype(int)
+    samples = []
+    for i, t in enumerate(timesteps):
+        sample = unet_inputs(model, batch, latent, timestep=int(t), seed=100 + i)
+        rng = np.random.default_rng(200 + i)
+        sample.update(
+            {name: rng.standard_normal(shape, dtype=np.float32) for name, shape in (extra or {}).items()}
+        )
+        samples.append(sample)
+    shutil.rmtree(folder, ignore_errors=True)
+    return CalibrationSet.save(samples, folder)
+
+
+# ----------------------------------------------------------------------------------------------
+# DeepCache: the shallow UNet
+# ----------------------------------------------------------------------------------------------
+
+
+def export_deepcache_shallow(model: str, xml: str, latent: int, seed: int = 0) -> dict:
+    """Export the shallow part of the UNet that DeepCache runs on its cached steps.
+
+    Inputs: the UNet's own plus ``cached`` (the input of the last up block, saved by the last
+    full step); output ``out_sample``. The deep part (every other down block, the mid block, every
+    other up block) is skipped.
+    """
+    import gc
+
+    import openvino as ov
+    import torch
+
+    unet = build_torch_unet(model, seed)
+    cfg = unet.config
+
+    class Shallow(torch.nn.Module):
+        def __init__(self, unet):
+            super().__init__()
+            self.unet = unet
+
+        def forward(self, sample, timestep, encoder_hidden_states, cached, text_embeds=None, time_ids=None):
+            u = self.unet
+            added = None if text_embeds is None else {"text_embeds": text_embeds, "time_ids": time_ids}
+            emb = u.time_embedding(u.get_time_embed(sample=sample, timestep=timestep))
+            aug = u.get_aug_embed(
+                emb=emb, encoder_hidden_states=encoder_hidden_states, added_cond_kwargs=added
+            )
+            emb = emb if aug is None else emb + aug
+            hidden = u.conv_in(sample)
+            skips = (hidden,)
+            first = u.down_blocks[0]
+            attentions = getattr(first, "attentions", None) or [None] * len(first.resnets)
+            for resnet, attention in zip(first.resnets, attentions, strict=True):
+                hidden = resnet(hidden, emb)
+                if attention is not None:
+                    hidden = attention(
+                        hidden, encoder_hidden_states=encoder_hidden_states, return_dict=False
+                    )[0]
+                skips += (hidden,)
+            last = u.up_blocks[-1]
+            if getattr(last, "has_cross_attention", False):
+                hidden = last(
+                    hidden_states=cached,
+                    res_hidden_states_tuple=skips,
+                    temb=emb,
+                    encoder_hidden_states=encoder_hidden_states,
+                )
+            else:
+                hidden = last(hidden_states=cached, res_hidden_states_tuple=skips, temb=emb)
+            return u.conv_out(u.conv_act(u.conv_norm_out(hidden)))
+
+    inputs = {k: torch.from_numpy(v) for k, v in unet_inputs(model, 2, latent).items()}
+    cached_shape = deepcache_cached_shape(model, 2, latent)
+    example = {
+        "sample": inputs["sample"],
+        "timestep": inputs["timestep"],
+        "encoder_hidden_states": inputs["encoder_hidden_states"],
+        "cached": torch.randn(cached_shape),
+    }
+    if cfg.addition_embed_type == "text_time":
+        example.update(text_embeds=inputs["text_embeds"], time_ids=inputs["time_ids"])
+    with torch.no_grad():
+        ov_model = ov.convert_model(Shallow(unet), example_input=example)
+    for port, name in zip(ov_model.inputs, example, strict=True):
+        port.get_tensor().set_names({name})
+    ov_model.outputs[0].get_tensor().set_names({"out_sample"})
+    del unet
+    gc.collect()
+    ov.save_model(ov_model, xml, compress_to_fp16=True)
+    return {"cached_shape": list(cached_shape)}
+
+
+def deepcache_cached_shape(model: str, batch: int, latent: int) -> tuple[int, ...]:
+    """Shape of the input of the last up block: the previous up block's output channels, at the
+    full latent resolution (that block ends with an upsampler)."""
+    channels = list(reversed(unet_config(model)["block_out_channels"]))
+    return (batch, channels[-2], latent, latent)
+
+
+# ----------------------------------------------------------------------------------------------
+# The driver (parent process)
+# ----------------------------------------------------------------------------------------------
+
+
+def machine_info() -> dict:
+    import nncf
+    import openvino as ov
+    import psutil
+    import torch
+
+    flags = ""
+    try:
+        flags = Path("/proc/cpuinfo").read_text()
+        model_name = next(
+            line.split(":", 1)[1].strip() for line in flags.splitlines() if "model name" in line
+        )
+    except (OSError, StopIteration):
+        model_name = platform.processor()
+    return {
+        "cpu": model_name,
+        "logical_cores": psutil.cpu_count(),
+        "physical_cores": psutil.cpu_count(logical=False),
+        "avx512_vnni": "avx512_vnni" in flags,
+        "avx512_bf16": "avx512_bf16" in flags,
+        "amx": "amx_tile" in flags,
+        "memory_gb": round(psutil.virtual_memory().total / 2**30, 1),
+        "openvino": ov.get_version(),
+        "nncf": nncf.__version__,
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+    }
+
+
+def _free_gb() -> float:
+    import psutil
+
+    return psutil.virtual_memory().available / 2**30
+
+
+def _run(label: str, fn, *args, limit_gb: float | None, min_free_gb: float, wait_s: float = 900, **kwargs):
+    """One child-process job. It waits up to ``wait_s`` for ``min_free_gb`` of available memory
+    (the machine may be shared), and is skipped if that never comes."""
+    from sdaccel.cpu.quantize import ChildRun, run_with_memory_limit
+
+    deadline = time.monotonic() + wait_s
+    while (free := _free_gb()) < min_free_gb and time.monotonic() < deadline:
+        time.sleep(10)
+    if free < min_free_gb:
+        print(f"  {label}: skipped, {free:.1f} GiB available < {min_free_gb} GiB", flush=True)
+        return ChildRun(error=f"skipped: {free:.1f} GiB available < {min_free_gb} GiB")
+    print(f"  {label} ...", end="", flush=True)
+    load = os.getloadavg()[0]
+    run = run_with_memory_limit(fn, *args, limit_gb=limit_gb, **kwargs)
+    run.load = (load, os.getloadavg()[0])
+    status = "ok" if run.ok else run.error.splitlines()[0][:200]
+    print(
+        f" {run.seconds:.0f} s, peak RSS {run.peak_rss_gb:.1f} GiB (anonymous {run.peak_anon_gb:.1f}), "
+        f"load {load:.1f}, {status}",
+        flush=True,
+    )
+    return run
+
+
+def _summary(run, extra: dict | None = None) -> dict:
+    out = {
+        "ok": run.ok,
+        "peak_rss_gb": round(run.peak_rss_gb, 2),
+        "peak_anon_gb": round(run.peak_anon_gb, 2),
+        "wall_s": round(run.seconds, 1),
+    }
+    if run.samples:  # RSS over the run, at most 40 points (GiB), to see where the peak is
+        step = max(1, len(run.samples) // 40)
+        out["rss_timeline_gb"] = [
+            round(max(run.samples[i : i + step]) / 2**30, 2) for i in range(0, len(run.samples), step)
+        ]
+    if hasattr(run, "load"):  # 1-minute load average before and after: other jobs on the machine
+        out["load_avg"] = [round(x, 1) for x in run.load]
+    if run.error:
+        out["error"] = run.error
+    if run.ok and isinstance(run.result, dict):
+        result = dict(run.result)
+        if "times" in result:
+            result["s_per_step"] = statistics.median(result["times"])
+            result["cpu_s_per_step"] = statistics.median(result["cpu_times"])
+        out.update(result)
+    out.update(extra or {})
+    return out
+
+
+def bench_model(model: str, args, previous: dict | None = None) -> dict:
+    from sdaccel.cpu.quantize import ir_size_bytes
+
+    name = label(model)
+    work = Path(args.workdir) / name.replace("/", "--")
+    work.mkdir(parents=True, exist_ok=True)
+    source = work / "unet_fp16.xml"
+    spec = {"model": model, "batch": args.batch, "latent": args.latent}
+    sdxl_like = unet_config(model).get("addition_embed_type") == "text_time"
+    smooth_quant = {"on": True, "off": False, "auto": not sdxl_like}[args.smooth_quant]
+    weights = "random" if model in MODELS else "checkpoint"
+    result = previous or {"variants": {}, "quantization": {}, "export": {}}  # --update adds to a run
+    result.update(weights=weights, smooth_quant=smooth_quant)
+    limit = args.memory_limit_gb
+    free = args.min_free_gb
+
+    print(f"[{name}] {MODELS.get(model, 'checkpoint')} UNet, {weights} weights", flush=True)
+    if args.reuse and source.is_file():
+        result["export"] = {"ok": True, "reused": str(source), "params": _ir_parameters(source)}
+    else:
+        run = _run(
+            "export to OpenVINO IR (fp16 weights)",
+            export_ir,
+            model,
+            str(source),
+            limit_gb=limit,
+            min_free_gb=free,
+        )
+        result["export"] = _summary(run)
+        if not run.ok:
+            return result
+    result["export"]["size_bytes"] = ir_size_bytes(source)
+    params = result["export"].get("params")
+
+    calibration = work / "calibration"
+    if any(v in ("hybrid", "full_int8") for v in args.variants) or "quant_memory" in args.levers:
+        synthetic_calibration(str(calibration), model, args.batch, args.latent, args.calib_samples)
+
+    for variant in args.variants:
+        if variant == "torch_fp32":
+            run = _run(
+                variant,
+                time_torch,
+                model,
+                args.batch,
+                args.latent,
+                args.iters,
+                args.warmup,
+                limit_gb=limit,
+                min_free_gb=free,
+            )
+            size = {"size_bytes": 4 * params} if params else {}
+            result["variants"][variant] = _summary(run, size)
+            continue
+        xml = source
+        if variant in INT8:
+            xml = work / f"unet_{variant}.xml"
+            knobs = {}
+            if variant == "full_int8" and not smooth_quant:
+                knobs["smooth_quant_alpha"] = None
+            if args.reuse and xml.is_file():  # keep what an earlier run measured
+                result["quantization"].setdefault(variant, {"ok": True})["reused"] = str(xml)
+            else:
+                quant_source = source if args.quant_source == "fp16" else _f32_ir(model, work, args)
+                if quant_source is None:
+                    continue
+                run = _run(
+                    f"quantize {variant} (from the {args.quant_source} IR)",
+                    quantize_ir,
+                    str(quant_source),
+                    str(xml),
+                    variant,
+                    str(calibration) if variant != "int8_weights" else None,
+                    args.calib_samples,
+                    limit_gb=args.quant_memory_limit_gb,
+                    min_free_gb=max(free, args.quant_memory_limit_gb),
+                    **knobs,
+                )
+                extra = {"source_ir": args.quant_source}
+                if variant == "full_int8":
+                    extra["smooth_quant"] = knobs.get("smooth_quant_alpha", 0.95) is not None
+                result["quantization"][variant] = _summary(run, extra)
+                if not run.ok:
+                    continue
+        precision = "f32" if variant == "ov_f32" else None
+        run = _run(
+            variant,
+            time_openvino,
+            str(xml),
+            spec,
+            precision,
+            args.iters,
+            args.warmup,
+            limit_gb=limit,
+            min_free_gb=free,
+        )
+        result["variants"][variant] = _summary(run, {"size_bytes": ir_size_bytes(xml)})
+
+    if "deepcache" in args.levers:
+        result["deepcache"] = bench_deepcache(model, args, work, spec, result)
+    if "quant_memory" in args.levers:
+        result.setdefault("memory_study", {}).update(bench_quant_memory(model, args, work))
+    _speedups(result)
+    return result
+
+
+def _ir_parameters(xml: Path) -> int:
+    """Number of floating-point constant elements of an IR: its parameter count."""
+    import openvino as ov
+
+    return sum(
+        int(np.prod(op.get_output_shape(0)))
+        for op in ov.Core().read_model(str(xml)).get_ops()
+        if op.get_type_name() == "Constant"
+        and op.get_output_element_type(0).get_type_name() in ("f16", "f32")
+    )
+
+
+def _f32_ir(model: str, work: Path, args) -> Path | None:
+    """The UNet exported with f32 weights (exported once; NNCF needs less memory from it)."""
+    xml = work / "unet_f32.xml"
+    if not xml.is_file():
+        run = _run(
+            "export to OpenVINO IR (f32 weights)",
+            export_ir,
+            model,
+            str(xml),
+            fp16=False,
+            limit_gb=args.memory_limit_gb,
+            min_free_gb=args.min_free_gb,
+        )
+        if not run.ok:
+            return None
+    return xml
+
+
+def bench_quant_memory(model: str, args, work: Path) -> dict:
+    """Peak RSS of quantization under the memory levers (:data:`MEMORY_STUDY`), each in a child
+    stopped at ``--quant-memory-limit-gb``. The quantized IRs are deleted afterwards."""
+    study = {}
+    sources = {"fp16": work / "unet_fp16.xml", "f32": _f32_ir(model, work, args)}
+    if sources["f32"] is None:
+        return {}
+    calibration = work / "calibration"
+    for name, (variant, source, knobs) in MEMORY_STUDY.items():
+        target = work / "memory_study.xml"
+        run = _run(
+            f"memory study: {name}",
+            quantize_ir,
+            str(sources[source]),
+            str(target),
+            variant,
+            str(calibration),
+            args.calib_samples,
+            limit_gb=args.quant_memory_limit_gb,
+            min_free_gb=max(args.min_free_gb, args.quant_memory_limit_gb),
+            **knobs,
+        )
+        study[name] = _summary(run)
+        for path in (target, target.with_suffix(".bin")):
+            path.unlink(missing_ok=True)
+    return study
+
+
+def bench_deepcache(model: str, args, work: Path, spec: dict, result: dict) -> dict:
+    """The shallow UNet in bf16 and full INT8, and the average step time for each interval."""
+    limit, free = args.memory_limit_gb, args.min_free_gb
+    shallow = work / "unet_shallow_fp16.xml"
+    out = {"intervals": args.deepcache_intervals}
+    if not (args.reuse and shallow.is_file()):
+        run = _run(
+            "deepcache: export the shallow UNet",
+            export_deepcache_shallow,
+            model,
+            str(shallow),
+            args.latent,
+            limit_gb=limit,
+            min_free_gb=free,
+        )
+        if not run.ok:
+            return _summary(run)
+    cached = {"cached": deepcache_cached_shape(model, args.batch, args.latent)}
+    shallow_spec = {**spec, "extra": cached}
+    targets = {"ov_bf16": shallow}
+    quantized = work / "unet_shallow_full_int8.xml"
+    if args.reuse and quantized.is_file():
+        targets["full_int8"] = quantized
+    elif "full_int8" in result["variants"] and result["variants"]["full_int8"].get("ok"):
+        calibration = work / "calibration_shallow"
+        synthetic_calibration(
+            str(calibration), model, args.batch, args.latent, args.calib_samples, extra=cached
+        )
+        q = _run(
+            "deepcache: quantize the shallow UNet (full_int8)",
+            quantize_ir,
+            str(shallow),
+            str(quantized),
+            "full_int8",
+            str(calibration),
+            args.calib_samples,
+            limit_gb=args.quant_memory_limit_gb,
+            min_free_gb=free,
+        )
+        if q.ok:
+            targets["full_int8"] = quantized
+    for base, xml in targets.items():
+        run = _run(
+            f"deepcache shallow step ({base})",
+            time_openvino,
+            str(xml),
+            shallow_spec,
+            None,
+            args.iters,
+            args.warmup,
+            limit_gb=limit,
+            min_free_gb=free,
+        )
+        entry = _summary(run)
+        full = result["variants"].get(base, {})
+        if run.ok and full.get("s_per_step"):
+            entry["shallow_fraction"] = entry["s_per_step"] / full["s_per_step"]
+            for key in ("s_per_step", "cpu_s_per_step"):
+                entry[f"avg_{key}"] = {
+                    str(n): (full[key] + (n - 1) * entry[key]) / n for n in args.deepcache_intervals
+                }
+        out[base] = entry
+    return out
+
+
+def _speedups(result: dict) -> None:
+    variants = result["variants"]
+    rows = dict(variants)
+    for base, entry in result.get("deepcache", {}).items():
+        if isinstance(entry, dict) and "avg_s_per_step" in entry:
+            for n, s in entry["avg_s_per_step"].items():
+                cpu = entry["avg_cpu_s_per_step"][n]
+                rows[f"{base}+deepcache(N={n})"] = {"s_per_step": s, "cpu_s_per_step": cpu, "ok": True}
+    rows = {name: entry for name, entry in rows.items() if entry.get("ok") and entry.get("s_per_step")}
+
+    def ratio(base: str, name: str, key: str):
+        return rows[base][key] / rows[name][key] if base in rows else None
+
+    result["speedup"] = {
+        name: {
+            "s_per_step": entry["s_per_step"],
+            "cpu_s_per_step": entry["cpu_s_per_step"],
+            "vs_torch_fp32": ratio("torch_fp32", name, "s_per_step"),
+            "vs_ov_bf16": ratio("ov_bf16", name, "s_per_step"),
+            "cpu_vs_torch_fp32": ratio("torch_fp32", name, "cpu_s_per_step"),
+            "cpu_vs_ov_bf16": ratio("ov_bf16", name, "cpu_s_per_step"),
+        }
+        for name, entry in rows.items()
+    }
+
+
+def print_table(results: dict) -> str:
+    header = (
+        f"{'model':10} {'variant':26} {'prec':5} {'s/step':>8} {'x torch':>8} {'x bf16':>7} "
+        f"{'cpu s':>8} {'x torch':>8} {'x bf16':>7} {'size MB':>8} {'run GiB':>8} {'quant GiB':>9}"
+    )
+    lines = [
+        f"{'':10} {'':26} {'':5} {'-- wall clock, median --':>25} {'-- CPU time, median --':>25}",
+        header,
+    ]
+    for model, result in results["models"].items():
+        for name, speed in result.get("speedup", {}).items():
+            entry = result["variants"].get(name, {})
+            quant = result["quantization"].get(name, {})
+            size = entry.get("size_bytes")
+            lines.append(
+                f"{model[:10]:10} {name:26} {entry.get('precision', ''):5} {speed['s_per_step']:8.2f} "
+                f"{_fmt(speed['vs_torch_fp32'], 8)} {_fmt(speed['vs_ov_bf16'], 7)} "
+                f"{speed['cpu_s_per_step']:8.2f} {_fmt(speed['cpu_vs_torch_fp32'], 8)} "
+                f"{_fmt(speed['cpu_vs_ov_bf16'], 7)} {_fmt(size / 1e6 if size else None, 8, 0)} "
+                f"{_fmt(entry.get('peak_rss_gb'), 8, 1)} {_fmt(quant.get('peak_rss_gb'), 9, 1)}"
+            )
+        for name, quant in result["quantization"].items():
+            if not quant.get("ok"):
+                lines.append(f"{model[:10]:10} {name:26} quantization failed: {quant.get('error', '')[:80]}")
+        for name, run in result.get("memory_study", {}).items():
+            status = "ok" if run.get("ok") else run.get("error", "")[:60]
+            lines.append(
+                f"{model[:10]:10} memory study: {name:32} peak RSS {run.get('peak_rss_gb', 0):5.1f} GiB "
+                f"(anonymous {run.get('peak_anon_gb', 0):5.1f}) "
+                f"{run.get('wall_s', 0):6.0f} s  {status}"
+            )
+    table = "\n".join(lines)
+    print(table)
+    return table
+
+
+def _fmt(value, width: int, digits: int = 2) -> str:
+    return f"{value:{width}.{digits}f}" if value is not None else f"{'-':>{width}}"
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--models",
+        nargs="+",
+        default=["sd15", "sdxl"],
+        help="sd15 / sdxl (real architecture, random weights), or checkpoints: a diffusers folder, "
+        "a hub id, tiny-sd15 / tiny-sdxl",
+    )
+    parser.add_argument("--variants", nargs="+", choices=VARIANTS, default=list(VARIANTS))
+    parser.add_argument("--levers", nargs="*", choices=LEVERS, default=[])
+    parser.add_argument("--iters", type=int, default=3, help="timed UNet calls per variant (median reported)")
+    parser.add_argument("--warmup", type=int, default=1, help="untimed calls first")
+    parser.add_argument("--batch", type=int, default=2, help="UNet batch (2 = one image with CFG)")
+    parser.add_argument("--latent", type=int, default=64, help="latent size (64 -> 512x512 images)")
+    parser.add_argument(
+        "--calib-samples", type=int, default=8, help="synthetic calibration inputs (= subset_size)"
+    )
+    parser.add_argument(
+        "--smooth-quant",
+        choices=["auto", "on", "off"],
+        default="auto",
+        help="SmoothQuant in full_int8; auto: off for SDXL-like UNets (the memory lever), on otherwise",
+    )
+    parser.add_argument(
+        "--quant-source",
+        choices=["f32", "fp16"],
+        default="f32",
+        help="IR that NNCF quantizes (f32: measured to need less memory than an fp16 one)",
+    )
+    parser.add_argument("--deepcache-intervals", nargs="+", type=int, default=[2, 3, 5])
+    parser.add_argument(
+        "--memory-limit-gb", type=float, default=20.0, help="watchdog for export/timing children"
+    )
+    parser.add_argument("--quant-memory-limit-gb", type=float, default=16.0, help="watchdog for quantization")
+    parser.add_argument(
+        "--min-free-gb", type=float, default=12.0, help="start a child only with this much available"
+    )
+    parser.add_argument("--workdir", default="build/bench/openvino_ir", help="IRs and calibration data")
+    parser.add_argument("--reuse", action="store_true", help="reuse IRs already in --workdir")
+    parser.add_argument("--out", default="build/bench/openvino.json")
+    parser.add_argument("--update", action="store_true", help="add to the results already in --out")
+    return parser.parse_args(argv)
+
+
+def main(argv=None) -> dict:
+    args = parse_args(argv)
+    out = Path(args.out)
+    settings = dict(vars(args))
+    results = {"machine": machine_info(), "settings": settings, "runs": [settings], "models": {}}
+    if args.update and out.is_file():
+        previous = json.loads(out.read_text())
+        results["models"] = previous["models"]
+        results["runs"] = [*previous.get("runs", [previous["settings"]]), settings]
+    print(json.dumps(results["machine"]), flush=True)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    for model in args.models:
+        results["models"][label(model)] = bench_model(model, args, results["models"].get(label(model)))
+        out.write_text(json.dumps(results, indent=2, default=str))  # partial results survive a crash
+    results["table"] = print_table(results)
+    out.write_text(json.dumps(results, indent=2, default=str))
+    print(f"wrote {out}")
+    return results
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,735 @@
+"""INT8 for the Stable Diffusion UNet on CPU with NNCF: three recipes, their calibration data,
+and what they cost in memory.
+
+The UNet runs once (or twice, with classifier-free guidance folded into a batch of two) per
+denoising step and is more than 90% of the time of an image, so it is the one component worth
+quantizing. Three recipes, from safest to fastest:
+
+``compress_weights_int8``  (weight-only INT8)
+    Weights are stored as INT8 with one scale and zero point per output channel and turned back
+    into floating point inside the kernel. No calibration data. The model is ~4x smaller than
+    f32 (2x smaller than f16) and the error is tiny, but the matrix products still run in
+    f32/bf16, so the gain in speed is only what reading fewer bytes buys.
+``quantize_hybrid``  (INT8 weights for MatMul/Gather, full INT8 for Convolution)
+    The public recipe that optimum-intel uses for diffusion models: the attention and
+    feed-forward MatMuls keep weight-only INT8 (their activations have outliers that are hard to
+    quantize), the convolutions of the ResNet blocks get INT8 weights *and* INT8 activations
+    (``FakeQuantize`` on their inputs, which the CPU plugin turns into real INT8 kernels).
+``quantize_full``  (post-training INT8 of weights and activations everywhere)
+    ``nncf.quantize`` with ``ModelType.TRANSFORMER`` (INT8 attention MatMuls, SmoothQuant to
+    tame activation outliers, mixed preset), minus a few sensitive layers. Fastest, and the
+    largest quality cost.
+
+INT8 activations only pay off where the CPU has INT8 dot-product instructions: AVX-512 VNNI
+(``vpdpbusd``: 4 INT8 products accumulated into an INT32 per lane, 4x the f32 rate) or AMX
+(tile matrix units on Sapphire Rapids and later, another several-fold). Without them the CPU
+plugin emulates the ``FakeQuantize`` and INT8 can even be slower than bf16.
+
+The calibration data of ``quantize_full`` / ``quantize_hybrid`` are the UNet's own inputs
+captured while a floating-point pipeline generates images (:func:`collect_unet_inputs`): the
+activation ranges depend on the timestep, the latents and the prompts, so they must be sampled
+over all three.
+
+Memory: NNCF compiles an f32 copy of the model to collect statistics (its engine forces
+``INFERENCE_PRECISION_HINT=f32``) and runs it on the calibration inputs, so the peak is the model
+as read, plus that compiled copy, plus the activations and statistics of a calibration step, plus
+the copies made while the quantized weights are folded at the end. What this module offers, each
+measured on the real SD 1.5 UNet architecture (``benchmarks/bench_openvino.py --levers
+quant_memory``; batch 2, 64x64 latents, 8 samples, peak RSS of the quantizing process):
+
+* quantize an **f32** IR, not an fp16 one: NNCF's statistics model and weight folding work on f32
+  copies of fp16 weights, so the fp16 source costs *more* (full INT8 without SmoothQuant: 11.6 GiB
+  from f32, above 16 GiB from fp16; hybrid: 9.3 vs 11.6 GiB). The IR is read memory-mapped;
+* switch SmoothQuant off (``smooth_quant_alpha=None``: one statistics pass fewer) and, if needed,
+  bias correction (``bias_correction=False``: its statistics are collected alongside the ranges;
+  from the fp16 IR it took full INT8 from above 16 to 14.3 GiB);
+* the hybrid recipe, which compresses the MatMul weights to INT8 *before* the activation pass, so
+  the f32 statistics model holds INT8 MatMul weights;
+* a smaller ``subset_size``, and calibration samples streamed from disk (:class:`CalibrationSet`)
+  instead of held in memory;
+* each quantization in a child process (:func:`run_with_memory_limit`), so nothing stays resident
+  between recipes, the peak is measured per recipe, and a run that would exhaust the machine is
+  stopped at a limit instead.
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing
+import os
+import random
+import re
+import resource
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+
+import numpy as np
+
+#: The three INT8 recipes, by the names used in results, benchmarks and folders.
+VARIANTS = ("int8_weights", "hybrid", "full_int8")
+
+#: Layers kept in floating point by :func:`quantize_full` and :func:`quantize_hybrid` (regular
+#: expressions matched from the start of OpenVINO node names such as
+#: ``__module.conv_in/aten::_convolution/Convolution``).
+#:
+#: * ``conv_in`` reads the raw noisy latents (4 channels), whose range changes by an order of
+#:   magnitude between the first and the last step; one INT8 scale for all steps clips the early
+#:   steps or wastes the late ones, and the error enters every later layer.
+#: * ``conv_out`` writes the noise prediction itself, which the scheduler subtracts from the
+#:   latents: its error goes straight into the image, with nothing after it to average it out.
+#: * ``time_embedding``, ``add_embedding`` (SDXL's size/crop conditioning) and every ResNet's
+#:   ``time_emb_proj`` work on one vector per image. The timestep signal they carry modulates every
+#:   pixel of every ResNet block, and being matrix-vector products they gain nothing from INT8.
+#:
+#: All of them together are well under 1% of the UNet's FLOPs, so keeping them in floating
+#: point costs no measurable speed.
+SENSITIVE_LAYER_PATTERNS = (
+    r".*\bconv_in\b.*",
+    r".*\bconv_out\b.*",
+    r".*\btime_embedding\b.*",
+    r".*\badd_embedding\b.*",
+    r".*\btime_emb_proj\b.*",
+)
+
+
+def read_model(model_or_path):
+    """An ``ov.Model`` from a model or an IR path (``.xml``, read memory-mapped by OpenVINO).
+
+    Every recipe below transforms the model it is given in place (NNCF does); pass
+    ``model.clone()`` to keep the original.
+    """
+    import openvino as ov
+
+    if isinstance(model_or_path, ov.Model):
+        return model_or_path
+    return ov.Core().read_model(str(model_or_path))
+
+
+def sensitive_layers_scope(
+    patterns: Sequence[str] = SENSITIVE_LAYER_PATTERNS, extra_names: Sequence[str] = ()
+):
+    """An ``nncf.IgnoredScope`` for the layers listed in :data:`SENSITIVE_LAYER_PATTERNS`.
+
+    ``validate=False`` because not every UNet has every layer (SD 1.5 has no ``add_embedding``).
+    """
+    import nncf
+
+    return nncf.IgnoredScope(names=list(extra_names), patterns=list(patterns), validate=False)
+
+
+def matching_layers(
+    model,
+    patterns: Sequence[str] = SENSITIVE_LAYER_PATTERNS,
+    types: Sequence[str] = ("Convolution", "MatMul"),
+) -> list[str]:
+    """Names of the ``types`` operations of ``model`` that ``patterns`` match (as NNCF matches
+    them: ``re.match`` from the start of the name): what an ignored scope will keep in float."""
+    compiled = [re.compile(p) for p in patterns]
+    return [
+        op.get_friendly_name()
+        for op in read_model(model).get_ops()
+        if op.get_type_name() in types and any(p.match(op.get_friendly_name()) for p in compiled)
+    ]
+
+
+def _ignored(ignored):
+    """``None`` -> the sensitive layers; ``()``/``[]`` -> nothing; patterns -> a scope of them;
+    an ``nncf.IgnoredScope`` as is."""
+    import nncf
+
+    if ignored is None:
+        return sensitive_layers_scope()
+    if isinstance(ignored, nncf.IgnoredScope):
+        return ignored
+    return sensitive_layers_scope(patterns=tuple(ignored))
+
+
+def compress_weights_int8(model, *, symmetric: bool = False, ignored=()):
+    """Weight-only INT8: every Convolution, MatMul and embedding Gather weight becomes INT8.
+
+    Args:
+        model: an ``ov.Model`` or an IR path; an ``ov.Model`` is changed in place.
+        symmetric: ``False`` (NNCF's default, ``INT8_ASYM``) stores a scale and a zero point per
+            output channel, which fits weights whose range is not centred on zero; ``True``
+            (``INT8_SYM``) drops the zero point (slightly faster decompression, a little less
+            precise).
+        ignored: layers to keep in floating point, as for :func:`quantize_full`; by default none,
+            since per-channel weight-only INT8 is accurate enough everywhere in the UNet.
+
+    Returns the model whose weight constants are ``u8``/``i8`` followed by a
+    ``Convert -> (Subtract) -> Multiply`` decompression that the CPU plugin fuses into its kernels.
+    No calibration data is needed: weight ranges are known from the weights.
+    """
+    import nncf
+
+    mode = nncf.CompressWeightsMode.INT8_SYM if symmetric else nncf.CompressWeightsMode.INT8_ASYM
+    return nncf.compress_weights(read_model(model), mode=mode, ignored_scope=_ignored(ignored))
+
+
+def _smooth_quant_params(smooth_quant_alpha: float | None, **advanced):
+    from nncf.quantization.advanced_parameters import (
+        AdvancedQuantizationParameters,
+        AdvancedSmoothQuantParameters,
+    )
+
+    alpha = -1.0 if smooth_quant_alpha is None else smooth_quant_alpha
+    return AdvancedQuantizationParameters(
+        smooth_quant_alphas=AdvancedSmoothQuantParameters(matmul=alpha), **advanced
+    )
+
+
+def quantize_full(
+    model,
+    calibration_data,
+    subset_size: int = 200,
+    *,
+    ignored=None,
+    smooth_quant_alpha: float | None = 0.95,
+    bias_correction: bool = True,
+):
+    """Post-training INT8 of weights and activations of the whole UNet (``nncf.quantize``).
+
+    NNCF runs the model on ``subset_size`` calibration inputs, records the range of the input of
+    every quantizable operation, and inserts ``FakeQuantize`` operations with those ranges; the
+    weights are stored as INT8 constants. The CPU plugin then runs the Convolutions and MatMuls
+    between two ``FakeQuantize`` as INT8 kernels.
+
+    Args:
+        model: an ``ov.Model`` (changed in place) or an IR path.
+        calibration_data: UNet input dicts (name -> array): a list, a :class:`CalibrationSet`
+            (streamed from disk), any re-iterable, or an ``nncf.Dataset``.
+        subset_size: how many calibration inputs NNCF uses (it iterates the data up to that
+            many). More samples give steadier ranges; time and statistics memory grow linearly.
+            A few hundred (e.g. 200 = 10 prompts x 20 steps) is what the public SD recipes use.
+        ignored: layers kept in floating point. ``None`` (default) keeps
+            :data:`SENSITIVE_LAYER_PATTERNS` (see there why); ``()`` quantizes everything;
+            a list of regular expressions or an ``nncf.IgnoredScope`` replaces them.
+        smooth_quant_alpha: SmoothQuant migrates activation outliers of each MatMul into its
+            weights (per-channel ``x / s``, ``W * s`` with ``s = max|x|^a / max|W|^(1-a)``).
+            0.95 is NNCF's transformer default; ``None`` switches it off, which saves the memory
+            and time of its extra statistics pass (the memory lever for SDXL) at some accuracy.
+        bias_correction: NNCF's fast bias correction shifts each layer's bias so that the mean of
+            its quantized output matches the float one (one more statistics pass). ``False``
+            skips it to save time and memory.
+
+    ``model_type=TRANSFORMER`` makes NNCF quantize the attention MatMuls (both activation
+    inputs), apply SmoothQuant, and use the *mixed* preset: symmetric INT8 weights, asymmetric
+    INT8 activations (the SiLU/GELU outputs of the UNet are far from symmetric).
+    """
+    import nncf
+
+    return nncf.quantize(
+        read_model(model),
+        _as_dataset(calibration_data),
+        subset_size=subset_size,
+        model_type=nncf.ModelType.TRANSFORMER,
+        ignored_scope=_ignored(ignored),
+        advanced_parameters=_smooth_quant_params(
+            smooth_quant_alpha, disable_bias_correction=not bias_correction
+        ),
+    )
+
+
+def weighted_matmul_and_gather_names(model) -> list[str]:
+    """Names of the MatMuls with a constant weight and of the embedding Gathers (constant f16/f32
+    table): the operations the hybrid recipe leaves to weight-only INT8.
+
+    A weight reaches its MatMul directly or through a ``Convert`` (f16 IR) or a
+    ``Convert -> Subtract -> Multiply -> Convert`` decompression (already compressed weights).
+    """
+
+    def constant_behind(node) -> bool:
+        for _ in range(6):
+            if node.get_type_name() == "Constant":
+                return True
+            if node.get_type_name() not in ("Convert", "Subtract", "Multiply", "Reshape"):
+                return False
+            node = node.input_value(0).get_node()
+        return False
+
+    names = []
+    for op in read_model(model).get_ops():
+        kind = op.get_type_name()
+        if kind == "MatMul" and any(constant_behind(op.input_value(i).get_node()) for i in range(2)):
+            names.append(op.get_friendly_name())
+        elif kind == "Gather":
+            table = op.input_value(0)
+            if table.get_element_type().get_type_name() in ("f16", "f32") and constant_behind(
+                table.get_node()
+            ):
+                names.append(op.get_friendly_name())
+    return names
+
+
+def quantize_hybrid(
+    model,
+    calibration_data,
+    subset_size: int = 200,
+    *,
+    ignored=None,
+    symmetric_weights: bool = False,
+):
+    """Hybrid INT8: weight-only INT8 for MatMul/Gather, full INT8 (weights and activations) for
+    the Convolutions. This is optimum-intel's recipe for diffusion models, in two NNCF calls:
+
+    1. ``nncf.compress_weights`` with ``IgnoredScope(types=["Convolution"])``: the attention and
+       feed-forward weights become INT8, the convolutions stay as they are;
+    2. ``nncf.quantize`` with the MatMuls and Gathers found in step 0 ignored and SmoothQuant
+       off (there are no quantized MatMuls left to smooth): ``FakeQuantize`` on the inputs and
+       INT8 weights for the Convolutions, which are most of the UNet's FLOPs at 64x64 latents.
+
+    Args:
+        model, calibration_data, subset_size, ignored: as for :func:`quantize_full`; the
+            ``ignored`` layers are left out of step 2 (they still get weight-only INT8 in step 1
+            if they are MatMuls).
+        symmetric_weights: as ``symmetric`` of :func:`compress_weights_int8`, for step 1.
+
+    Compressing first is also a memory lever: the f32 statistics model of step 2 is compiled
+    from a graph whose MatMul weights are already INT8.
+    """
+    import nncf
+
+    model = read_model(model)
+    weighted = weighted_matmul_and_gather_names(model)
+    mode = nncf.CompressWeightsMode.INT8_SYM if symmetric_weights else nncf.CompressWeightsMode.INT8_ASYM
+    model = nncf.compress_weights(model, mode=mode, ignored_scope=nncf.IgnoredScope(types=["Convolution"]))
+    scope = _ignored(ignored)
+    scope = nncf.IgnoredScope(
+        names=[*scope.names, *weighted],
+        patterns=list(scope.patterns),
+        types=list(scope.types),
+        validate=False,
+    )
+    return nncf.quantize(
+        model,
+        _as_dataset(calibration_data),
+        subset_size=subset_size,
+        model_type=nncf.ModelType.TRANSFORMER,
+        ignored_scope=scope,
+        advanced_parameters=_smooth_quant_params(None),
+    )
+
+
+def quantize_variant(model, variant: str, calibration_data=None, subset_size: int = 200, **knobs):
+    """Dispatch on a name of :data:`VARIANTS` (the knobs go to the recipe's function)."""
+    if variant == "int8_weights":
+        return compress_weights_int8(model, **knobs)
+    if variant == "hybrid":
+        return quantize_hybrid(model, calibration_data, subset_size, **knobs)
+    if variant == "full_int8":
+        return quantize_full(model, calibration_data, subset_size, **knobs)
+    raise ValueError(f"unknown INT8 variant {variant!r}; expected one of {VARIANTS}")
+
+
+# ----------------------------------------------------------------------------------------------
+# Calibration data
+# ----------------------------------------------------------------------------------------------
+
+
+def read_prompts(path: str | os.PathLike | None = None) -> list[str]:
+    """The calibration prompts: one per line, ``#`` comments and blank lines skipped. Without a
+    path, the file shipped with the package (``sdaccel/data/calibration_prompts.txt``)."""
+    if path is None:
+        text = resources.files("sdaccel").joinpath("data/calibration_prompts.txt").read_text()
+    else:
+        text = Path(path).read_text()
+    return [line.strip() for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#")]
+
+
+class CalibrationSet:
+    """Calibration inputs stored one ``.npz`` per sample in a folder, read back lazily.
+
+    Iterating it loads one sample at a time, so NNCF's several passes over the data never hold
+    more than one sample in memory, and the set can be handed to a child process by its path.
+    """
+
+    def __init__(self, folder: str | os.PathLike):
+        self.folder = Path(folder)
+
+    @property
+    def files(self) -> list[Path]:
+        return sorted(self.folder.glob("sample_*.npz"))
+
+    def __len__(self) -> int:
+        return len(self.files)
+
+    def __iter__(self) -> Iterator[dict[str, np.ndarray]]:
+        for path in self.files:
+            with np.load(path) as npz:
+                yield {name: npz[name] for name in npz.files}
+
+    def write(self, index: int, sample: dict[str, np.ndarray]) -> None:
+        self.folder.mkdir(parents=True, exist_ok=True)
+        np.savez(self.folder / f"sample_{index:05d}.npz", **sample)
+
+    @classmethod
+    def save(cls, samples: Iterable[dict[str, np.ndarray]], folder: str | os.PathLike) -> CalibrationSet:
+        calibration = cls(folder)
+        for index, sample in enumerate(samples):
+            calibration.write(index, sample)
+        return calibration
+
+
+class Reservoir:
+    """A uniform random subsample of at most ``capacity`` items of a stream of unknown length
+    (Vitter's algorithm R): item ``n`` (0-based) replaces a random slot with probability
+    ``capacity / (n + 1)``. With ``store`` (a :class:`CalibrationSet`), kept items are written to
+    disk at their slot instead of kept in memory.
+    """
+
+    def __init__(self, capacity: int, seed: int = 0, store: CalibrationSet | None = None):
+        if capacity < 1:
+            raise ValueError("capacity must be >= 1")
+        self.capacity = capacity
+        self.seen = 0
+        self.items: list = []
+        self.store = store
+        self._kept = 0
+        self._rng = random.Random(seed)
+
+    def add(self, item) -> None:
+        slot = self.seen if self.seen < self.capacity else self._rng.randrange(self.seen + 1)
+        self.seen += 1
+        if slot >= self.capacity:
+            return
+        if self.store is not None:
+            self.store.write(slot, item)
+            self._kept = min(self._kept + 1, self.capacity)
+        elif slot == len(self.items):
+            self.items.append(item)
+        else:
+            self.items[slot] = item
+
+    def __len__(self) -> int:
+        return self._kept if self.store is not None else len(self.items)
+
+
+def collect_unet_inputs(
+    pipeline,
+    prompts: Sequence[str],
+    steps: int,
+    num_samples: int,
+    *,
+    stride: int = 1,
+    negative_prompt: str | None = None,
+    guidance_scale: float = 7.5,
+    height: int | None = None,
+    width: int | None = None,
+    seed: int = 0,
+    out_dir: str | os.PathLike | None = None,
+    progress: bool = True,
+) -> list[dict[str, np.ndarray]] | CalibrationSet:
+    """Run the floating-point pipeline over ``prompts`` and keep a subsample of the UNet inputs.
+
+    ``len(prompts) * steps`` UNet calls are made (one per step, CFG's two halves in one batch);
+    every ``stride``-th call is offered to a :class:`Reservoir` of ``num_samples``, so the kept
+    samples are spread uniformly over prompts *and* timesteps however many there are, and memory
+    stays bounded by ``num_samples`` (or by one sample, with ``out_dir``: the kept samples are
+    written there as they come and a :class:`CalibrationSet` is returned).
+
+    ``pipeline`` is an ``OVPipeline`` (``sdaccel.cpu.pipeline``): its ``generate`` calls
+    ``unet_input_callback(inputs)`` with the dict of arrays it is about to give the UNet. The
+    arrays are copied, since a pipeline may reuse its buffers.
+    """
+    from tqdm.auto import tqdm
+
+    store = CalibrationSet(out_dir) if out_dir is not None else None
+    if store is not None:
+        for old in store.files:
+            old.unlink()
+    reservoir = Reservoir(num_samples, seed=seed, store=store)
+    calls = 0
+
+    def keep(inputs: dict) -> None:
+        nonlocal calls
+        if calls % stride == 0:
+            reservoir.add({name: np.array(value, copy=True) for name, value in inputs.items()})
+        calls += 1
+
+    size = {} if height is None else {"height": height, "width": width}
+    for index, prompt in enumerate(tqdm(prompts, desc="calibration", disable=not progress)):
+        pipeline.generate(
+            [prompt],
+            negative_prompts=None if negative_prompt is None else [negative_prompt],
+            steps=steps,
+            guidance_scale=guidance_scale,
+            seed=seed + index,
+            unet_input_callback=keep,
+            **size,
+        )
+    return store if store is not None else reservoir.items
+
+
+def _as_dataset(data):
+    import nncf
+
+    if isinstance(data, nncf.Dataset):
+        return data
+    if isinstance(data, str | os.PathLike):
+        data = CalibrationSet(data)
+    return nncf.Dataset(data)
+
+
+# ----------------------------------------------------------------------------------------------
+# Inspecting a quantized IR
+# ----------------------------------------------------------------------------------------------
+
+
+def ir_size_bytes(xml_path: str | os.PathLike) -> int:
+    """Size on disk of an IR: the ``.xml`` graph plus the ``.bin`` weights."""
+    xml = Path(xml_path)
+    return xml.stat().st_size + xml.with_suffix(".bin").stat().st_size
+
+
+def describe_ir(model) -> dict[str, int]:
+    """Counts that tell the recipes apart: ``fake_quantize`` (activation quantizers),
+    ``int8_weights`` (``i8``/``u8`` constants, i.e. compressed weights, with their element count
+    in ``int8_weight_elements``), and float weight elements left in ``f32``/``f16`` constants."""
+    counts: Counter = Counter()
+    for op in read_model(model).get_ops():
+        kind = op.get_type_name()
+        if kind == "FakeQuantize":
+            counts["fake_quantize"] += 1
+        elif kind == "Constant":
+            dtype = op.get_output_element_type(0).get_type_name()
+            size = int(np.prod(op.get_output_shape(0)))
+            if dtype in ("i8", "u8"):
+                counts["int8_weights"] += 1
+                counts["int8_weight_elements"] += size
+            elif dtype in ("f32", "f16", "bf16") and size >= 1024:
+                counts["float_weight_elements"] += size
+    return {
+        key: counts.get(key, 0)
+        for key in ("fake_quantize", "int8_weights", "int8_weight_elements", "float_weight_elements")
+    }
+
+
+def quantize_ir(
+    src_xml: str | os.PathLike,
+    dst_xml: str | os.PathLike,
+    variant: str,
+    calibration: str | os.PathLike | None = None,
+    subset_size: int = 200,
+    log_level: int = logging.WARNING,
+    **knobs,
+) -> dict:
+    """Read an IR, apply one of :data:`VARIANTS`, save the result: the unit of work that
+    :func:`run_with_memory_limit` runs in a child process (everything is passed by path).
+
+    ``calibration`` is a :class:`CalibrationSet` folder (unused by ``int8_weights``). The result is
+    saved without fp16 compression of the remaining float constants (quantizer ranges and
+    scales stay exact; the weights are INT8 anyway). ``log_level`` is NNCF's (its INFO lists every
+    ignored node). Returns the time and the IR's size and :func:`describe_ir` counts.
+    """
+    import nncf
+    import openvino as ov
+
+    nncf.set_log_level(log_level)
+    start = time.perf_counter()
+    data = CalibrationSet(calibration) if calibration is not None else None
+    model = quantize_variant(read_model(src_xml), variant, data, subset_size, **knobs)
+    Path(dst_xml).parent.mkdir(parents=True, exist_ok=True)
+    ov.save_model(model, str(dst_xml), compress_to_fp16=False)
+    return {
+        "variant": variant,
+        "seconds": time.perf_counter() - start,
+        "size_bytes": ir_size_bytes(dst_xml),
+        **describe_ir(model),
+    }
+
+
+def time_unet(
+    model_or_path,
+    inputs: dict[str, np.ndarray],
+    iters: int = 5,
+    warmup: int = 1,
+    precision: str | None = None,
+    static: bool = True,
+    core=None,
+) -> dict:
+    """Seconds per UNet call of an IR on CPU: the median of ``iters`` calls after ``warmup``.
+
+    Args:
+        inputs: one UNet call's inputs (e.g. a captured calibration sample).
+        precision: ``INFERENCE_PRECISION_HINT`` for the floating-point layers: ``None`` keeps the
+            plugin's default (bf16 on CPUs with AVX-512 BF16 or AMX, f32 elsewhere), ``"f32"``
+            forces full precision. Quantized layers run in INT8 either way.
+        static: reshape to the shapes of ``inputs`` before compiling, so the CPU plugin picks its
+            kernels for that one shape (what a server with a fixed resolution does).
+
+    Returns ``median_s``, all ``times`` (wall clock), ``cpu_times`` (CPU seconds of this process,
+    all threads: on a machine shared with other jobs they inflate much less than wall time),
+    ``compile_s`` and the ``precision`` the plugin used.
+    """
+    import openvino as ov
+
+    core = core or ov.Core()
+    model = read_model(model_or_path).clone() if static else read_model(model_or_path)
+    if static:
+        model.reshape({name: list(np.shape(value)) for name, value in inputs.items()})
+    config = {"PERFORMANCE_HINT": "LATENCY"}
+    if precision is not None:
+        config["INFERENCE_PRECISION_HINT"] = precision
+    tick = time.perf_counter()
+    compiled = core.compile_model(model, "CPU", config)
+    compile_s = time.perf_counter() - tick
+    request = compiled.create_infer_request()
+    for _ in range(warmup):
+        request.infer(inputs)
+    times, cpu_times = [], []
+    for _ in range(iters):
+        tick, cpu = time.perf_counter(), time.process_time()
+        request.infer(inputs)
+        times.append(time.perf_counter() - tick)
+        cpu_times.append(time.process_time() - cpu)
+    return {
+        "median_s": float(np.median(times)),
+        "times": times,
+        "cpu_times": cpu_times,
+        "compile_s": compile_s,
+        "precision": compiled.get_property("INFERENCE_PRECISION_HINT").get_type_name(),
+    }
+
+
+# ----------------------------------------------------------------------------------------------
+# Peak memory of a child process
+# ----------------------------------------------------------------------------------------------
+
+
+@dataclass
+class ChildRun:
+    """What :func:`run_with_memory_limit` saw: the function's result (``None`` if it failed), the
+    child's peak resident memory in bytes (all of it, and its anonymous part), the polled RSS
+    ``samples``, and why it failed if it did.
+
+    The two peaks differ by the file-backed pages the child mapped and touched, such as an IR's
+    ``.bin`` read memory-mapped: they count as resident, but the kernel can drop and re-read them
+    under memory pressure. The anonymous part (``RssAnon``: heap, compiled weights, activations)
+    is what cannot be given back, so it is what the limit watches.
+    """
+
+    result: object = None
+    peak_rss_bytes: int = 0
+    peak_anon_bytes: int = 0
+    seconds: float = 0.0
+    ok: bool = False
+    error: str | None = None
+    samples: list[int] = field(default_factory=list, repr=False)
+
+    @property
+    def peak_rss_gb(self) -> float:
+        return self.peak_rss_bytes / 2**30
+
+    @property
+    def peak_anon_gb(self) -> float:
+        return self.peak_anon_bytes / 2**30
+
+
+def _child_main(conn, fn, args, kwargs, address_space_bytes):
+    if address_space_bytes:
+        resource.setrlimit(resource.RLIMIT_AS, (address_space_bytes, address_space_bytes))
+    try:
+        result, error = fn(*args, **kwargs), None
+    except BaseException as exc:  # reported to the parent, which decides
+        result, error = None, f"{type(exc).__name__}: {exc}"
+    conn.send((result, error, _peak_rss_bytes()))
+    conn.close()
+
+
+def _anon_bytes(pid: int) -> int | None:
+    """Anonymous resident memory of a process (``RssAnon`` + ``RssShmem``), ``None`` off Linux."""
+    try:
+        fields = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines())
+        return sum(int(fields[k].split()[0]) * 1024 for k in ("RssAnon", "RssShmem"))
+    except (OSError, KeyError, ValueError):
+        return None
+
+
+def _peak_rss_bytes() -> int:
+    """Peak resident set of this process: ``VmHWM`` from ``/proc/self/status`` on Linux.
+
+    Not ``ru_maxrss``: Linux carries it across ``exec``, so a child started by fork+exec (as
+    ``spawn`` does) would report at least its parent's RSS at the fork. ``VmHWM`` belongs to the
+    process's own address space and starts afresh at ``exec``.
+    """
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def run_with_memory_limit(
+    fn: Callable,
+    *args,
+    limit_gb: float | None = None,
+    address_space_gb: float | None = None,
+    poll_s: float = 0.05,
+    timeout_s: float | None = None,
+    **kwargs,
+) -> ChildRun:
+    """Run ``fn(*args, **kwargs)`` in a fresh (spawned) Python process and measure its peak memory.
+
+    ``peak_rss_bytes`` is the child's own high-water mark (``VmHWM``, exact) when it finishes, or
+    the largest RSS seen by polling it every ``poll_s`` seconds when it is killed;
+    ``peak_anon_bytes`` is the largest anonymous RSS seen by polling (see :class:`ChildRun`).
+    ``limit_gb`` is a watchdog on the anonymous RSS (the RSS where ``/proc`` does not tell): the
+    child is killed as soon as it is seen above the limit, so a run that would exhaust the machine
+    stops first (an allocation made between two polls can still overshoot briefly).
+    ``address_space_gb`` additionally sets ``RLIMIT_AS`` in the child, a hard limit on virtual
+    memory (allocations beyond it fail at once); leave generous headroom, since threads and
+    allocators reserve far more address space than they touch.
+
+    ``fn`` must be importable by name (a module-level function), as for any spawned process.
+    """
+    import psutil
+
+    context = multiprocessing.get_context("spawn")
+    parent, child = context.Pipe(duplex=False)
+    address_space = int(address_space_gb * 2**30) if address_space_gb else 0
+    process = context.Process(target=_child_main, args=(child, fn, args, kwargs, address_space))
+    start = time.perf_counter()
+    process.start()
+    child.close()
+    watched = psutil.Process(process.pid)
+    run = ChildRun()
+    limit = int(limit_gb * 2**30) if limit_gb else None
+    message = None
+    while process.is_alive() and message is None:
+        try:
+            rss = watched.memory_info().rss
+        except psutil.NoSuchProcess:
+            break
+        anon = _anon_bytes(process.pid)
+        run.samples.append(rss)
+        run.peak_rss_bytes = max(run.peak_rss_bytes, rss)
+        run.peak_anon_bytes = max(run.peak_anon_bytes, anon or 0)
+        watched_bytes, kind = (rss, "RSS") if anon is None else (anon, "anonymous RSS")
+        if limit is not None and watched_bytes > limit:
+            process.kill()
+            run.error = f"killed: {kind} {watched_bytes / 2**30:.1f} GiB above the {limit_gb} GiB limit"
+            break
+        if timeout_s is not None and time.perf_counter() - start > timeout_s:
+            process.kill()
+            run.error = f"killed: still running after {timeout_s} s"
+            break
+        if parent.poll(poll_s):
+            message = parent.recv()
+    if message is None and run.error is None and parent.poll(1.0):
+        message = parent.recv()
+    process.join()
+    run.seconds = time.perf_counter() - start
+    if message is not None:
+        run.result, error, maxrss = message
+        run.peak_rss_bytes = max(run.peak_rss_bytes, maxrss)
+        run.error = error
+        run.ok = error is None
+    elif run.error is None:
+        run.error = f"child exited with code {process.exitcode} without a result"
+    return run

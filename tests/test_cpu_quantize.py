@@ -1,0 +1,291 @@
+"""INT8 recipes on tiny SD 1.5 / SDXL UNets: each changes the IR as it should, stays close to f32,
+calibration subsampling is bounded, and the child-process memory measurement works."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+
+ov = pytest.importorskip("openvino")
+pytest.importorskip("nncf")
+
+from sdaccel.cpu import quantize as Q  # noqa: E402
+from sdaccel.cpu.quality import unet_relative_error  # noqa: E402
+from sdaccel.tiny import ensure_tiny  # noqa: E402
+
+
+def _unet_inputs(config: dict, timestep: int, rng: np.random.Generator, size: int = 8) -> dict:
+    sample = {
+        "sample": rng.standard_normal((2, 4, size, size), dtype=np.float32),
+        "timestep": np.array([timestep], dtype=np.int64),
+        "encoder_hidden_states": rng.standard_normal(
+            (2, 77, config["cross_attention_dim"]), dtype=np.float32
+        ),
+    }
+    if config.get("addition_embed_type") == "text_time":
+        pooled = config["projection_class_embeddings_input_dim"] - 6 * config["addition_time_embed_dim"]
+        sample["text_embeds"] = rng.standard_normal((2, pooled), dtype=np.float32)
+        sample["time_ids"] = np.tile(np.array([[64, 64, 0, 0, 64, 64]], np.float32), (2, 1))
+    return sample
+
+
+@pytest.fixture(scope="module")
+def convert(tmp_path_factory):
+    """name -> (name, f32 IR path, a few UNet inputs): the tiny UNet converted once per module with
+    the export's port names."""
+    from conftest import CHECKPOINTS
+    from diffusers import UNet2DConditionModel
+
+    from sdaccel.cpu.export import convert_unet
+
+    cache = {}
+
+    def get(name: str):
+        if name not in cache:
+            unet = UNet2DConditionModel.from_pretrained(ensure_tiny(CHECKPOINTS, name) / "unet").eval()
+            xml = tmp_path_factory.mktemp("ir") / "unet_f32.xml"
+            ov.save_model(convert_unet(unet, example_size=8), str(xml), compress_to_fp16=False)
+            rng = np.random.default_rng(0)
+            cache[name] = name, xml, [_unet_inputs(dict(unet.config), t, rng) for t in (999, 500, 1)]
+        return cache[name]
+
+    return get
+
+
+@pytest.fixture(params=["tiny-sd15", "tiny-sdxl"])
+def unet_ir(request, convert):
+    return convert(request.param)
+
+
+def _producers(model, kind: str) -> list[str]:
+    """Types of the operations feeding the activation input (port 0) of every ``kind`` op."""
+    return [
+        op.input_value(0).get_node().get_type_name() for op in model.get_ops() if op.get_type_name() == kind
+    ]
+
+
+def _weight_dtype(op) -> str:
+    """Element type of the constant behind the weight (port 1) of a MatMul, through its
+    decompression chain ``Constant(u8) -> Convert -> Subtract -> Multiply -> Convert``."""
+    node = op.input_value(1).get_node()
+    while node.get_type_name() != "Constant":
+        node = node.input_value(0).get_node()
+    return node.get_output_element_type(0).get_type_name()
+
+
+def _fed_by_fake_quantize(model, name_part: str) -> bool:
+    ops = [
+        op
+        for op in model.get_ops()
+        if name_part in op.get_friendly_name() and op.get_type_name() == "Convolution"
+    ]
+    assert ops, name_part
+    return any(op.input_value(0).get_node().get_type_name() == "FakeQuantize" for op in ops)
+
+
+def test_weight_only_int8(unet_ir, tmp_path):
+    _, xml, inputs = unet_ir
+    model = Q.compress_weights_int8(xml)
+    counts = Q.describe_ir(model)
+    assert counts["fake_quantize"] == 0  # activations untouched
+    assert counts["int8_weights"] > 0 and counts["float_weight_elements"] == 0  # every weight is INT8
+    out = tmp_path / "int8.xml"
+    ov.save_model(model, str(out), compress_to_fp16=False)
+    assert Q.ir_size_bytes(out) < 0.5 * Q.ir_size_bytes(xml)
+    errors = unet_relative_error(xml, model, inputs)
+    assert 0 < max(errors) < 0.05, errors
+
+
+def test_full_int8_quantizes_activations_but_not_the_sensitive_layers(convert, tmp_path):
+    # SD 1.5 only, to keep the file's run time down (the hybrid test runs nncf.quantize on SDXL)
+    _, xml, inputs = convert("tiny-sd15")
+    model = Q.quantize_full(xml, inputs, subset_size=len(inputs))
+    counts = Q.describe_ir(model)
+    assert counts["fake_quantize"] > 0 and counts["int8_weights"] > 0
+    # attention/feed-forward MatMuls and ResNet convolutions get INT8 inputs...
+    assert "FakeQuantize" in _producers(model, "MatMul")
+    assert _fed_by_fake_quantize(model, "resnets.0.conv1")
+    # ...the layers in SENSITIVE_LAYER_PATTERNS stay in floating point
+    assert not _fed_by_fake_quantize(model, "conv_in/")
+    assert not _fed_by_fake_quantize(model, "conv_out/")
+    out = tmp_path / "full.xml"
+    ov.save_model(model, str(out), compress_to_fp16=False)
+    assert Q.ir_size_bytes(out) < 0.6 * Q.ir_size_bytes(xml)
+    errors = unet_relative_error(xml, model, inputs)
+    assert 0 < max(errors) < 0.2, errors
+
+
+def test_hybrid_quantizes_convolutions_and_compresses_matmuls(unet_ir, tmp_path):
+    _, xml, inputs = unet_ir
+    weighted = Q.weighted_matmul_and_gather_names(Q.read_model(xml))
+    assert any("to_q" in n for n in weighted) and any("ff.net" in n for n in weighted)
+    model = Q.quantize_hybrid(xml, inputs, subset_size=len(inputs))
+    assert _fed_by_fake_quantize(model, "resnets.0.conv1")
+    assert not _fed_by_fake_quantize(model, "conv_in/")
+    by_name = {op.get_friendly_name(): op for op in model.get_ops()}
+    for name in weighted:  # MatMuls with weights: INT8 weights, floating-point activations
+        op = by_name[name]
+        assert op.input_value(0).get_node().get_type_name() != "FakeQuantize", name
+        if op.get_type_name() == "MatMul":
+            assert _weight_dtype(op) in ("u8", "i8"), name
+    out = tmp_path / "hybrid.xml"
+    ov.save_model(model, str(out), compress_to_fp16=False)
+    assert Q.ir_size_bytes(out) < 0.6 * Q.ir_size_bytes(xml)
+    errors = unet_relative_error(xml, model, inputs)
+    assert 0 < max(errors) < 0.2, errors
+
+
+def test_ignored_scope_can_be_replaced():
+    scope = Q._ignored(["foo.*"])
+    assert scope.patterns == ["foo.*"] and not scope.validate
+    assert Q._ignored(None).patterns == list(Q.SENSITIVE_LAYER_PATTERNS)
+    assert Q._ignored(()).patterns == []
+
+
+def test_unknown_variant_is_rejected():
+    with pytest.raises(ValueError, match="unknown INT8 variant"):
+        Q.quantize_variant(None, "int4")
+
+
+# -- calibration ---------------------------------------------------------------------------------
+
+
+def test_shipped_prompts():
+    prompts = Q.read_prompts()
+    assert 100 <= len(prompts) <= 250
+    assert len(set(prompts)) == len(prompts)
+    assert not any(p.startswith("#") for p in prompts)
+
+
+def test_reservoir_is_bounded_and_uniform():
+    reservoir = Q.Reservoir(5, seed=1)
+    for i in range(1000):
+        reservoir.add(i)
+    assert len(reservoir) == 5 and reservoir.seen == 1000
+    assert len(set(reservoir.items)) == 5
+    # over many seeds every position of the stream is kept with probability 5/20
+    hits = np.zeros(20)
+    for seed in range(2000):
+        r = Q.Reservoir(5, seed=seed)
+        for i in range(20):
+            r.add(i)
+        hits[r.items] += 1
+    assert np.allclose(hits / 2000, 0.25, atol=0.04), hits / 2000
+
+
+class FakePipeline:
+    """Calls the UNet-input callback once per step, as OVPipeline.generate does."""
+
+    def __init__(self):
+        self.calls = []
+
+    def generate(self, prompts, negative_prompts=None, steps=20, seed=0, unet_input_callback=None, **kwargs):
+        self.calls.append((prompts, seed, kwargs))
+        for step in range(steps):
+            buffer = np.full((2, 4, 2, 2), step, np.float32)
+            unet_input_callback({"sample": buffer, "timestep": np.array([1000 - 50 * step], np.int64)})
+            buffer[:] = -1  # a pipeline may reuse its buffers: the collector must have copied
+
+
+def test_collect_unet_inputs_subsamples_in_memory():
+    pipe = FakePipeline()
+    samples = Q.collect_unet_inputs(pipe, ["a", "b", "c"], steps=10, num_samples=7, progress=False)
+    assert len(pipe.calls) == 3 and [c[1] for c in pipe.calls] == [0, 1, 2]
+    assert len(samples) == 7
+    assert all(s["sample"].min() >= 0 for s in samples)  # copies, not the overwritten buffers
+    assert len({int(s["timestep"][0]) for s in samples}) > 1
+
+
+def test_collect_unet_inputs_streams_to_disk_with_stride(tmp_path):
+    pipe = FakePipeline()
+    store = Q.collect_unet_inputs(
+        pipe, ["a", "b"], steps=10, num_samples=50, stride=4, out_dir=tmp_path / "calib", progress=False
+    )
+    # 20 UNet calls, every 4th offered: 5 kept, all of them since 5 < 50
+    assert isinstance(store, Q.CalibrationSet) and len(store) == 5
+    timesteps = sorted(int(s["timestep"][0]) for s in store)
+    assert timesteps == sorted([1000, 800, 600, 1000 - 50 * 2, 1000 - 50 * 6])
+    small = Q.collect_unet_inputs(
+        pipe, ["a", "b"], steps=10, num_samples=3, out_dir=tmp_path / "calib", progress=False
+    )
+    assert len(small) == 3  # the folder is emptied first, then holds at most num_samples files
+
+
+# -- memory measurement ----------------------------------------------------------------------------
+
+
+def _allocate(megabytes: int, hold_s: float = 0.0) -> int:
+    block = np.ones(megabytes * 2**20, dtype=np.uint8)
+    time.sleep(hold_s)
+    return int(block.sum() // 2**20)
+
+
+def test_run_with_memory_limit_measures_the_child_peak():
+    # this (pytest) process holds far more than the children: their peak must not include it
+    baseline = Q.run_with_memory_limit(_allocate, 0)
+    run = Q.run_with_memory_limit(_allocate, 300, hold_s=0.5)  # held long enough to be polled
+    assert baseline.ok and run.ok and run.result == 300
+    assert 0.28 <= run.peak_rss_gb - baseline.peak_rss_gb < 0.4
+    assert 0.28 <= run.peak_anon_gb - baseline.peak_anon_gb < 0.4
+
+
+def test_run_with_memory_limit_kills_a_child_above_the_limit():
+    run = Q.run_with_memory_limit(_allocate, 800, hold_s=5.0, limit_gb=0.5)
+    assert not run.ok and run.result is None
+    assert "killed" in run.error and run.peak_rss_gb > 0.5
+
+
+def test_matching_layers_and_time_unet(convert):
+    _, xml, inputs = convert("tiny-sd15")
+    kept = Q.matching_layers(xml)
+    assert any("conv_in/" in n for n in kept) and any("conv_out/" in n for n in kept)
+    assert any("time_emb_proj" in n for n in kept) and not any("attn1" in n for n in kept)
+    timing = Q.time_unet(xml, inputs[0], iters=2, warmup=1, precision="f32")
+    assert timing["precision"] == "f32" and len(timing["times"]) == 2 and timing["median_s"] > 0
+    assert len(timing["cpu_times"]) == 2
+
+
+def test_calibration_from_the_sdxl_pipeline(tmp_path):
+    """The real path on tiny SDXL: capture the pipeline's UNet inputs (with SDXL's text_embeds
+    and time_ids), quantize with them, and swap the INT8 UNet into the pipeline."""
+    from conftest import CHECKPOINTS
+
+    from sdaccel.cpu.export import MODEL_XML, export_pipeline
+    from sdaccel.cpu.pipeline import OVPipeline
+
+    needed = ["tokenizer", "tokenizer_2", "text_encoder", "text_encoder_2", "unet", "vae_decoder"]
+    # exported once into build/ and reused (the notebooks' smoke profile uses the same folder)
+    folder = export_pipeline(
+        ensure_tiny(CHECKPOINTS, "tiny-sdxl"),
+        CHECKPOINTS.parent / "openvino" / "tiny-sdxl",
+        components=needed,
+        weight_dtype="fp16",
+        progress=False,
+    )
+    pipe = OVPipeline.from_pretrained(folder, precision="f32")
+    calibration = Q.collect_unet_inputs(
+        pipe,
+        Q.read_prompts()[:2],
+        steps=3,
+        num_samples=4,
+        height=64,
+        width=64,
+        out_dir=tmp_path,
+        progress=False,
+    )
+    samples = list(calibration)
+    assert len(samples) == 4
+    assert set(samples[0]) == {"sample", "timestep", "encoder_hidden_states", "text_embeds", "time_ids"}
+    assert samples[0]["sample"].shape == (2, 4, 8, 8) and samples[0]["time_ids"].shape == (2, 6)
+    unet_xml = folder / "unet" / MODEL_XML
+    hybrid = Q.quantize_hybrid(unet_xml, calibration, subset_size=4)
+    assert Q.describe_ir(hybrid)["fake_quantize"] > 0
+    errors = unet_relative_error(unet_xml, hybrid, samples)
+    assert 0 < max(errors) < 0.2, errors
+    reference = pipe.generate(["a red circle"], steps=3, height=64, width=64, seed=0)
+    pipe.replace_unet(hybrid)
+    quantized = pipe.generate(["a red circle"], steps=3, height=64, width=64, seed=0)
+    assert not np.array_equal(reference.arrays, quantized.arrays)
+    assert np.abs(reference.arrays - quantized.arrays).mean() < 0.1
