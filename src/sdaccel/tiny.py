@@ -122,6 +122,18 @@ def _vae(scaling_factor: float, force_upcast: bool, seed: int):
     ).eval()
 
 
+#: The components of an SDXL checkpoint, as its ``model_index.json`` lists them.
+SDXL_COMPONENTS = {
+    "scheduler": ("diffusers", "EulerDiscreteScheduler"),
+    "text_encoder": ("transformers", "CLIPTextModel"),
+    "text_encoder_2": ("transformers", "CLIPTextModelWithProjection"),
+    "tokenizer": ("transformers", "CLIPTokenizer"),
+    "tokenizer_2": ("transformers", "CLIPTokenizer"),
+    "unet": ("diffusers", "UNet2DConditionModel"),
+    "vae": ("diffusers", "AutoencoderKL"),
+}
+
+
 def _write_model_index(folder: Path, pipeline: str, components: dict[str, tuple[str, str]]) -> None:
     import diffusers
 
@@ -172,15 +184,7 @@ def build_tiny_sdxl(folder: str | Path, seed: int = 0) -> Path:
     _write_model_index(
         folder,
         "StableDiffusionXLPipeline",
-        {
-            "scheduler": ("diffusers", "EulerDiscreteScheduler"),
-            "text_encoder": ("transformers", "CLIPTextModel"),
-            "text_encoder_2": ("transformers", "CLIPTextModelWithProjection"),
-            "tokenizer": ("transformers", "CLIPTokenizer"),
-            "tokenizer_2": ("transformers", "CLIPTokenizer"),
-            "unet": ("diffusers", "UNet2DConditionModel"),
-            "vae": ("diffusers", "AutoencoderKL"),
-        },
+        SDXL_COMPONENTS,
     )
     return folder
 

@@ -56,7 +56,7 @@ from pathlib import Path
 import numpy as np
 
 from sdaccel import shapes
-from sdaccel.tiny import _bytes_to_unicode, _text_encoder, _write_model_index
+from sdaccel.tiny import SDXL_COMPONENTS, _bytes_to_unicode, _text_encoder, _write_model_index
 
 #: Words that become single tokens: every word of the shapes captions, plus a few common ones.
 WORDS: tuple[str, ...] = tuple(
@@ -553,15 +553,7 @@ def train(out_dir: str | Path, config: TrainConfig | None = None, evaluate_model
     _write_model_index(
         tmp,
         "StableDiffusionXLPipeline",
-        {
-            "scheduler": ("diffusers", "EulerDiscreteScheduler"),
-            "text_encoder": ("transformers", "CLIPTextModel"),
-            "text_encoder_2": ("transformers", "CLIPTextModelWithProjection"),
-            "tokenizer": ("transformers", "CLIPTokenizer"),
-            "tokenizer_2": ("transformers", "CLIPTokenizer"),
-            "unet": ("diffusers", "UNet2DConditionModel"),
-            "vae": ("diffusers", "AutoencoderKL"),
-        },
+        SDXL_COMPONENTS,
     )
     lap("unet")
     log["training_wall_s"] = round(time.perf_counter() - start, 1)
