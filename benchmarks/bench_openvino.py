@@ -469,6 +469,8 @@ def bench_model(model: str, args, previous: dict | None = None) -> dict:
             knobs = {}
             if variant == "full_int8" and not smooth_quant:
                 knobs["smooth_quant_alpha"] = None
+            if variant == "full_int8" and args.no_bias_correction:
+                knobs["bias_correction"] = False
             if args.reuse and xml.is_file():  # keep what an earlier run measured
                 result["quantization"].setdefault(variant, {"ok": True})["reused"] = str(xml)
             else:
@@ -490,6 +492,7 @@ def bench_model(model: str, args, previous: dict | None = None) -> dict:
                 extra = {"source_ir": args.quant_source}
                 if variant == "full_int8":
                     extra["smooth_quant"] = knobs.get("smooth_quant_alpha", 0.95) is not None
+                    extra["bias_correction"] = knobs.get("bias_correction", True)
                 result["quantization"][variant] = _summary(run, extra)
                 if not run.ok:
                     continue
@@ -735,6 +738,11 @@ def parse_args(argv=None):
         choices=["f32", "fp16"],
         default="f32",
         help="IR that NNCF quantizes (f32: measured to need less memory than an fp16 one)",
+    )
+    parser.add_argument(
+        "--no-bias-correction",
+        action="store_true",
+        help="full_int8 without fast bias correction (memory lever)",
     )
     parser.add_argument("--deepcache-intervals", nargs="+", type=int, default=[2, 3, 5])
     parser.add_argument(
