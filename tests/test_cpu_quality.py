@@ -99,3 +99,9 @@ def test_comparison_grid_layout():
     # the first image of the second row sits at (x=100, y=32), resized to 32x32
     expected = np.asarray(Image.fromarray(_image(2)).resize((32, 32), Image.NEAREST))
     assert np.array_equal(pixels[32:64, 100:132], expected)
+
+
+def test_comparison_grid_keeps_the_aspect_ratio():
+    wide = np.zeros((32, 64, 3), np.uint8)  # height 32, width 64
+    grid = quality.comparison_grid({"f32": [wide, wide], "int8": [wide, wide]}, cell=16, label_width=10)
+    assert grid.size == (10 + 2 * 32, 2 * 16)

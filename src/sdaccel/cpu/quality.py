@@ -150,28 +150,30 @@ def comparison_grid(
     """One PIL image: a row per variant (``images[name]``), the same prompts in the columns, so
     the f32 reference (first row) and each variant can be compared side by side.
 
-    ``captions`` adds text under the row name (e.g. ``"PSNR 31.2 dB"``); ``cell`` resizes every
-    image to a square of that many pixels (nearest-neighbour, so tiny images stay crisp).
+    ``captions`` adds text under the row name (e.g. ``"PSNR 31.2 dB"``); ``cell`` is the height
+    every image is resized to (the width follows the first image's aspect ratio; nearest-neighbour,
+    so tiny images stay crisp).
     """
     from PIL import Image, ImageDraw
 
     rows = {
-        name: [Image.fromarray(_as_uint8(im).squeeze()) if not hasattr(im, "save") else im for im in row]
+        name: [im if hasattr(im, "save") else Image.fromarray(_as_uint8(im).squeeze()) for im in row]
         for name, row in images.items()
     }
     columns = max(len(row) for row in rows.values())
     first = next(iter(rows.values()))[0]
-    size = cell or first.width
-    grid = Image.new("RGB", (label_width + columns * size, len(rows) * size), "white")
+    height = cell or first.height
+    width = round(height * first.width / first.height)
+    grid = Image.new("RGB", (label_width + columns * width, len(rows) * height), "white")
     draw = ImageDraw.Draw(grid)
     for r, (name, row) in enumerate(rows.items()):
-        draw.text((6, r * size + 6), name, fill="black")
+        draw.text((6, r * height + 6), name, fill="black")
         if captions and name in captions:
             for k, line in enumerate(str(captions[name]).split("\n")):
-                draw.text((6, r * size + 22 + 14 * k), line, fill="dimgray")
+                draw.text((6, r * height + 22 + 14 * k), line, fill="dimgray")
         for c, im in enumerate(row):
             im = im.convert("RGB")
-            if im.size != (size, size):
-                im = im.resize((size, size), Image.NEAREST)
-            grid.paste(im, (label_width + c * size, r * size))
+            if im.size != (width, height):
+                im = im.resize((width, height), Image.NEAREST)
+            grid.paste(im, (label_width + c * width, r * height))
     return grid
