@@ -31,7 +31,7 @@ test: setup
 
 lint: setup
 	$(VENV)/bin/ruff check src tests benchmarks notebooks
-	$(VENV)/bin/ruff format --check src tests benchmarks
+	$(VENV)/bin/ruff format --check src tests benchmarks notebooks
 
 clean:
 	rm -rf build .pytest_cache

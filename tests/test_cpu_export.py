@@ -225,6 +225,16 @@ def test_reexport_is_a_noop_unless_forced(exports, capsys):
     assert json.loads((out / MANIFEST).read_text())["components"][-1] == "vae_encoder"  # still all listed
 
 
+def test_an_export_of_another_checkpoint_is_never_reused(exports):
+    """The folder holds tiny-sd15: asking it for tiny-sdxl is refused, not silently served."""
+    _, out = exports["tiny-sd15"]
+    other, _ = exports["tiny-sdxl"]
+    stamps = {p: p.stat().st_mtime_ns for p in out.rglob("*") if p.is_file()}
+    with pytest.raises(CheckpointError, match="holds an OpenVINO export of .*tiny-sd15.* force=True"):
+        export_pipeline(other, out, components=["tokenizer", "text_encoder"], progress=False)
+    assert {p: p.stat().st_mtime_ns for p in stamps} == stamps
+
+
 def test_fp16_weights_halve_the_size_and_stay_close(exports, tmp_path):
     src, out = exports["tiny-sdxl"]
     half = export_pipeline(

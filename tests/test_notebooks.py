@@ -83,7 +83,11 @@ CHECKS = {
         and r["text_embedding_shape"][1] == 77
     ),
     "01_sdxl_in_jax": lambda r: (
-        r["params"]["unet"] > 0 and r["compile_s"] > 0 and r["max_abs_diff_vs_torch"] < 2 / 255
+        r["params"]["unet"] > 0
+        and r["compile_s"] > 0
+        and r["max_abs_diff_vs_torch"] < 2 / 255
+        # the trained shapes checkpoint drew 8/8 held-out prompts right in JAX; one miss allowed
+        and r["adherence"]["score"] >= 7 / 8
     ),
     "02_sharding_across_cores": lambda r: (
         r["same_images"] is True
@@ -99,12 +103,18 @@ CHECKS = {
         and r["genai_vs_python_max_abs_255"] <= 2
         and r["static_speedup"] > 0
         and r["export_sizes_mb"]["unet"] > 0
+        # 8 held-out prompts on the trained SD 1.5-layout checkpoint: 6/8 measured in f32 and bf16
+        # (0.96 on 96 prompts with evaluate_shapes); one more miss allowed for other builds
+        and all(a["score"] >= 5 / 8 for a in r["adherence"].values())
     ),
     "05_int8_quantization": lambda r: (
         set(r["variants"]) == {"int8_weights", "hybrid", "full_int8"}
         and all(r["size_bytes"][v] < r["size_bytes"]["fp32"] for v in r["variants"])
         and all(r["quality"][v]["ssim_mean"] > 0.5 for v in r["variants"])
         and r["reference_precisions"]["unet"] == "f32"
+        # 16 held-out prompts: 15/16 measured in f32 and 14/16 with weight-only INT8
+        and r["adherence"]["f32"]["score"] >= 14 / 16
+        and r["adherence"]["int8_weights"]["score"] >= r["adherence"]["f32"]["score"] - 2 / 16
     ),
     "06_cpu_benchmark_and_comparison": lambda r: (
         {"torch_fp32", "ov_bf16", "full_int8"} <= set(r["s_per_step"])

@@ -43,6 +43,10 @@ def test_captions_parse_and_compose():
         shapes.parse_prompt("a red star on a blue background, center")
     with pytest.raises(ValueError, match="Not a shapes caption"):
         shapes.parse_prompt("an astronaut riding a horse")
+    assert shapes.is_caption(prompt) and not shapes.is_caption("an astronaut riding a horse")
+    assert not shapes.is_caption("a red star on a blue background, center")
+    with pytest.raises(ValueError, match="split must be"):
+        shapes.prompts(3, split="test")
 
 
 def test_metric_reads_every_ground_truth_image(every_combination):

@@ -24,7 +24,7 @@ edges), with a little jitter in size and place, deterministically from a seed: :
 The metric needs no model either. :func:`classify` reads an image with pixel rules:
 
 1. background = the palette colour nearest to the median of a 2-pixel frame along the border
-   (shapes never reach it);
+   (only the tip of a triangle at the top ever reaches it: a few pixels the median ignores);
 2. shape mask = the largest connected region of pixels far (in RGB) from that background;
 3. colour = the palette colour nearest to the median of the mask's interior;
 4. position = the anchor nearest to the mask's centroid;
@@ -46,8 +46,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-#: The palette, in sRGB. Every pair is at least ~100 apart (Euclidean RGB), so the nearest colour
-#: is unambiguous even for a blurry or slightly off generated image.
+#: The palette, in sRGB. Every pair is at least 94 apart (Euclidean RGB; the closest pair is
+#: orange/yellow), so the nearest colour is unambiguous even for a blurry or slightly off image.
 COLOURS: dict[str, tuple[int, int, int]] = {
     "red": (225, 30, 30),
     "green": (30, 170, 60),
@@ -95,6 +95,10 @@ class Attributes:
     background: str | None
     position: str | None
 
+    def __str__(self) -> str:
+        """The caption of these attributes (``?`` for one that could not be read)."""
+        return caption(*(value or "?" for value in _values(self)))
+
 
 def caption(colour: str, shape: str, background: str, position: str) -> str:
     """The prompt for one combination, e.g. ``"a red circle on a blue background, top left"``."""
@@ -123,6 +127,15 @@ def parse_prompt(prompt: str) -> Attributes:
         if value not in options:
             raise ValueError(f"Unknown {name} {value!r} in {prompt!r}; known: {list(options)}")
     return attributes
+
+
+def is_caption(prompt: str) -> bool:
+    """Whether ``prompt`` is a caption of this data set (so :func:`adherence` can score it)."""
+    try:
+        parse_prompt(prompt)
+    except ValueError:
+        return False
+    return True
 
 
 def all_combinations() -> list[Attributes]:

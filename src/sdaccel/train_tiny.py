@@ -1,6 +1,7 @@
 """Train a tiny SDXL-architecture text-to-image model on coloured shapes, on a CPU, in minutes.
 
     python -m sdaccel.train_tiny checkpoints/tiny-shapes-sdxl
+    python -m sdaccel.train_tiny checkpoints/tiny-shapes-sd15 --layout sd15    # SD 1.x sibling
 
 The random-weight checkpoints of :mod:`sdaccel.tiny` exercise every code path but draw noise, so
 nothing can say whether an optimisation kept the *pictures* right. This script makes the smallest
@@ -31,6 +32,11 @@ The stages, each one a function below:
 5. **Evaluation** (:func:`evaluate`): the saved folder is loaded by diffusers'
    ``StableDiffusionXLPipeline`` and asked for held-out prompts; :func:`sdaccel.shapes.adherence`
    reads the images back.
+
+``--layout sd15`` writes the SD 1.x layout instead (``StableDiffusionPipeline``): the first
+encoder alone, its *last* hidden state as context, no added conditioning, the encoded empty
+prompt as the unconditional input, attention at the full latent resolution, and DDIM where SD 1.5
+ships PNDM (see :func:`build_scheduler`; :data:`LAYOUTS`).
 
 Everything is seeded; the config, the loss curves, the wall times and the adherence go into
 ``training_log.json`` (with ``training_loss.png`` and ``samples.png``) beside the weights.
@@ -70,10 +76,37 @@ WORDS: tuple[str, ...] = tuple(
 )
 
 
+#: What differs between the two checkpoint layouts this script writes. SDXL: two text encoders,
+#: ``text_time`` added conditioning, no attention at the full latent resolution, linear
+#: projections into the transformers, Euler. SD 1.x: one encoder (its last hidden state), attention
+#: at the full latent resolution and none at the lowest, 1x1-conv projections, DDIM.
+LAYOUTS = {
+    "sdxl": {
+        "pipeline": "StableDiffusionXLPipeline",
+        "components": SDXL_COMPONENTS,
+        "down_blocks": ("DownBlock2D", "CrossAttnDownBlock2D"),
+        "use_linear_projection": True,
+    },
+    "sd15": {
+        "pipeline": "StableDiffusionPipeline",
+        "components": {
+            "scheduler": ("diffusers", "DDIMScheduler"),
+            "text_encoder": ("transformers", "CLIPTextModel"),
+            "tokenizer": ("transformers", "CLIPTokenizer"),
+            "unet": ("diffusers", "UNet2DConditionModel"),
+            "vae": ("diffusers", "AutoencoderKL"),
+        },
+        "down_blocks": ("CrossAttnDownBlock2D", "DownBlock2D"),
+        "use_linear_projection": False,
+    },
+}
+
+
 @dataclass
 class TrainConfig:
     """Every knob of a training run (recorded in ``training_log.json``)."""
 
+    layout: str = "sdxl"  # or "sd15": see LAYOUTS
     seed: int = 0
     threads: int = 1
     image_size: int = 32
@@ -83,7 +116,7 @@ class TrainConfig:
     text_layers: int = 3
     # VAE
     vae_channels: tuple[int, ...] = (16, 32, 64)  # three levels: latents 1/4 of the image side
-    vae_steps: int = 2000
+    vae_steps: int = 1500
     vae_batch: int = 32
     vae_lr: float = 3e-3
     vae_kl_weight: float = 1e-6
@@ -91,19 +124,22 @@ class TrainConfig:
     vae_edge_weight: float = 6.0
     # UNet
     unet_channels: tuple[int, ...] = (32, 64)
-    unet_down_blocks: tuple[str, ...] = ("DownBlock2D", "CrossAttnDownBlock2D")
     unet_layers_per_block: int = 1
     unet_transformer_layers: tuple[int, ...] = (1, 1)
-    unet_steps: int = 3000
+    unet_steps: int = 4500
     unet_batch: int = 64
-    unet_lr: float = 1e-3
+    unet_lr: float = 2e-3
     warmup_steps: int = 20
     ema_decay: float = 0.999
     cond_dropout: float = 0.1
     # evaluation with the diffusers pipeline
     eval_prompts: int = 64
     eval_steps: int = 25
-    guidance_scale: float = 6.0
+    guidance_scale: float = 5.0
+
+    def __post_init__(self):
+        if self.layout not in LAYOUTS:
+            raise ValueError(f"layout must be one of {sorted(LAYOUTS)}, got {self.layout!r}")
 
     @property
     def latent_size(self) -> int:
@@ -186,38 +222,42 @@ def write_tokenizer(folder: Path, pad_token: str) -> int:
 
 
 def build_text_encoders(folder: Path, config: TrainConfig):
-    """Tokenizers and the two frozen CLIP encoders, saved into ``folder``; returns them."""
+    """Tokenizers and frozen CLIP encoders (two for SDXL, one for SD 1.x), saved into ``folder``;
+    returns them. The first encoder is the same for both layouts."""
     from transformers import CLIPTokenizer
 
     vocab = write_tokenizer(folder / "tokenizer", pad_token="<|endoftext|>")
-    write_tokenizer(folder / "tokenizer_2", pad_token="!")  # SDXL's second tokenizer pads with "!"
     h, n = config.text_hidden, config.text_layers
-    encoder = _text_encoder(vocab, h, n, "quick_gelu", None, config.seed)
-    encoder_2 = _text_encoder(vocab, h, n, "gelu", h, config.seed + 1)
-    encoder.save_pretrained(folder / "text_encoder")
-    encoder_2.save_pretrained(folder / "text_encoder_2")
-    tokenizers = [CLIPTokenizer.from_pretrained(folder / t) for t in ("tokenizer", "tokenizer_2")]
-    return tokenizers, [encoder, encoder_2]
+    encoders = [_text_encoder(vocab, h, n, "quick_gelu", None, config.seed)]
+    encoders[0].save_pretrained(folder / "text_encoder")
+    names = ["tokenizer"]
+    if config.layout == "sdxl":
+        write_tokenizer(folder / "tokenizer_2", pad_token="!")  # SDXL's second tokenizer pads with "!"
+        encoders.append(_text_encoder(vocab, h, n, "gelu", h, config.seed + 1))
+        encoders[1].save_pretrained(folder / "text_encoder_2")
+        names.append("tokenizer_2")
+    return [CLIPTokenizer.from_pretrained(folder / name) for name in names], encoders
 
 
 def encode_prompts(prompts: list[str], tokenizers, encoders):
-    """SDXL's text conditioning, as ``StableDiffusionXLPipeline.encode_prompt`` computes it.
+    """The text conditioning, as the diffusers pipelines' ``encode_prompt`` computes it.
 
-    Returns ``prompt_embeds`` (B, 77, h1 + h2): the penultimate hidden states of both encoders,
-    concatenated on the feature axis; and ``pooled`` (B, proj): encoder 2's projected embedding.
+    SDXL (two encoders): ``prompt_embeds`` (B, 77, h1 + h2), the penultimate hidden states of both
+    encoders concatenated on the feature axis, and ``pooled`` (B, proj), encoder 2's projected
+    embedding. SD 1.x (one encoder): its last hidden state (after the final layer norm), and
+    ``pooled`` is None.
     """
     import torch
 
-    states, pooled = [], None
     with torch.no_grad():
-        for tokenizer, encoder in zip(tokenizers, encoders, strict=True):
-            ids = tokenizer(
-                prompts, padding="max_length", max_length=77, truncation=True, return_tensors="pt"
-            )
-            out = encoder(ids.input_ids, output_hidden_states=True)
-            states.append(out.hidden_states[-2])
-            pooled = out[0]  # the last encoder's text_embeds
-    return torch.cat(states, dim=-1), pooled
+        ids = [
+            t(prompts, padding="max_length", max_length=77, truncation=True, return_tensors="pt").input_ids
+            for t in tokenizers
+        ]
+        if len(encoders) == 1:
+            return encoders[0](ids[0])[0], None
+        outs = [encoder(i, output_hidden_states=True) for encoder, i in zip(encoders, ids, strict=True)]
+    return torch.cat([out.hidden_states[-2] for out in outs], dim=-1), outs[-1][0]
 
 
 def sdxl_time_ids(size: int):
@@ -230,6 +270,11 @@ def sdxl_time_ids(size: int):
 
 # --------------------------------------------------------------------------------------------
 # 3. VAE
+
+
+def _rounded(losses: list[float]) -> list[float]:
+    """Four significant digits: the loss curve, not the noise in the last bits, for the log."""
+    return [float(f"{x:.4g}") for x in losses]
 
 
 def _progress(stage: str, step: int, total: int, losses: list[float]) -> None:
@@ -321,7 +366,7 @@ def train_vae(images: np.ndarray, config: TrainConfig, log: dict):
         schedule.step()
         losses.append(loss.item())
         _progress("vae", len(losses), config.vae_steps, losses)
-    log["vae_loss"] = losses
+    log["vae_loss"] = _rounded(losses)
     return vae.eval()
 
 
@@ -342,15 +387,23 @@ def encode_images(vae, images: np.ndarray, batch: int = 128):
 # 4. UNet
 
 
-def build_unet(config: TrainConfig, cross_attention_dim: int, pooled_dim: int):
-    """The SDXL UNet layout, small: ``config.unet_down_blocks`` going down (SDXL has no attention
-    at the full latent resolution), mirrored going up, ``text_time`` added conditioning."""
+def build_unet(config: TrainConfig, cross_attention_dim: int, pooled_dim: int | None):
+    """The UNet of ``config.layout``, small (see :data:`LAYOUTS`); with a ``pooled_dim`` (SDXL),
+    ``text_time`` added conditioning: six size/crop ids and the pooled text embedding."""
     import torch
     from diffusers import UNet2DConditionModel
 
     torch.manual_seed(config.seed + 2)
+    layout = LAYOUTS[config.layout]
+    down = list(layout["down_blocks"])
     time_embed_dim = 8
-    down = list(config.unet_down_blocks)
+    added = {}
+    if pooled_dim is not None:
+        added = {
+            "addition_embed_type": "text_time",
+            "addition_time_embed_dim": time_embed_dim,
+            "projection_class_embeddings_input_dim": 6 * time_embed_dim + pooled_dim,
+        }
     return UNet2DConditionModel(
         sample_size=config.latent_size,
         in_channels=4,
@@ -363,17 +416,31 @@ def build_unet(config: TrainConfig, cross_attention_dim: int, pooled_dim: int):
         attention_head_dim=[max(1, c // 16) for c in config.unet_channels],  # read as the number of heads
         cross_attention_dim=cross_attention_dim,
         norm_num_groups=min(8, *config.unet_channels),
-        use_linear_projection=True,
-        addition_embed_type="text_time",
-        addition_time_embed_dim=time_embed_dim,
-        projection_class_embeddings_input_dim=6 * time_embed_dim + pooled_dim,
+        use_linear_projection=layout["use_linear_projection"],
+        **added,
     )
 
 
-def build_scheduler():
-    """SDXL's published scheduler config."""
-    from diffusers import EulerDiscreteScheduler
+def build_scheduler(layout: str = "sdxl"):
+    """SDXL's published scheduler config (Euler); for the SD 1.x layout, DDIM on SD 1.5's noise
+    schedule (its betas, ``steps_offset``, ``set_alpha_to_one``; no sample clipping).
 
+    Why not SD 1.5's own PNDM: its pseudo-linear multistep (PLMS) extrapolates each step from the
+    last four noise predictions, and with this small model's predictions it fell apart (adherence
+    0.5-0.6 on held-out prompts where DDIM and Euler reached 0.96 with the same weights). The
+    sampler is not part of training (only the betas are), so it can be swapped freely.
+    """
+    from diffusers import DDIMScheduler, EulerDiscreteScheduler
+
+    if layout == "sd15":
+        return DDIMScheduler(
+            beta_start=0.00085,
+            beta_end=0.012,
+            beta_schedule="scaled_linear",
+            steps_offset=1,
+            clip_sample=False,
+            set_alpha_to_one=False,
+        )
     return EulerDiscreteScheduler(
         beta_start=0.00085,
         beta_end=0.012,
@@ -384,9 +451,11 @@ def build_scheduler():
     )
 
 
-def train_unet(latents, prompt_embeds, pooled, config: TrainConfig, log: dict):
+def train_unet(latents, prompt_embeds, pooled, uncond, config: TrainConfig, log: dict):
     """Train the UNet to predict the noise added to ``latents`` (a pair of posterior mean and
-    std, already scaled), conditioned on per-image ``prompt_embeds``/``pooled`` rows.
+    std, already scaled), conditioned on per-image ``prompt_embeds``/``pooled`` rows (``pooled``
+    None for SD 1.x). With probability ``cond_dropout`` an image gets ``uncond`` instead, the
+    pair the pipeline feeds for the negative side of classifier-free guidance.
 
     Returns the exponential moving average of the weights, the model the pipeline will use.
     """
@@ -394,9 +463,9 @@ def train_unet(latents, prompt_embeds, pooled, config: TrainConfig, log: dict):
 
     import torch
 
-    unet = build_unet(config, prompt_embeds.shape[-1], pooled.shape[-1])
+    unet = build_unet(config, prompt_embeds.shape[-1], None if pooled is None else pooled.shape[-1])
     ema = copy.deepcopy(unet).eval().requires_grad_(False)
-    alphas_cumprod = build_scheduler().alphas_cumprod.float()
+    alphas_cumprod = build_scheduler(config.layout).alphas_cumprod.float()
     time_ids = sdxl_time_ids(config.image_size)
     optimizer = torch.optim.AdamW(unet.parameters(), lr=config.unet_lr, weight_decay=1e-2)
     schedule = _warmup_cosine(optimizer, config.warmup_steps, config.unet_steps)
@@ -412,15 +481,13 @@ def train_unet(latents, prompt_embeds, pooled, config: TrainConfig, log: dict):
         noise = torch.randn(x0.shape, generator=generator)
         a = alphas_cumprod[t].view(-1, 1, 1, 1)
         noisy = a.sqrt() * x0 + (1 - a).sqrt() * noise
-        keep = (torch.rand(len(idx), generator=generator) >= config.cond_dropout).float()
-        context = prompt_embeds[idx] * keep.view(-1, 1, 1)
-        text_embeds = pooled[idx] * keep.view(-1, 1)
-        pred = unet(
-            noisy,
-            t,
-            encoder_hidden_states=context,
-            added_cond_kwargs={"text_embeds": text_embeds, "time_ids": time_ids.expand(len(idx), 6)},
-        ).sample
+        keep = torch.rand(len(idx), generator=generator) >= config.cond_dropout
+        context = torch.where(keep.view(-1, 1, 1), prompt_embeds[idx], uncond[0])
+        added = None
+        if pooled is not None:
+            text_embeds = torch.where(keep.view(-1, 1), pooled[idx], uncond[1])
+            added = {"text_embeds": text_embeds, "time_ids": time_ids.expand(len(idx), 6)}
+        pred = unet(noisy, t, encoder_hidden_states=context, added_cond_kwargs=added).sample
         loss = torch.nn.functional.mse_loss(pred, noise)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
@@ -433,8 +500,17 @@ def train_unet(latents, prompt_embeds, pooled, config: TrainConfig, log: dict):
                 e.lerp_(p, 1 - decay)
         losses.append(loss.item())
         _progress("unet", len(losses), config.unet_steps, losses)
-    log["unet_loss"] = losses
+    log["unet_loss"] = _rounded(losses)
     return ema
+
+
+def write_calibration_prompts(folder: Path, n: int = 64, seed: int = 0) -> Path:
+    """``calibration_prompts.txt``: ``n`` *training* captions, for the INT8 calibration of
+    notebook 05 (calibrate on what the model was trained for, never on the evaluated prompts)."""
+    path = Path(folder) / "calibration_prompts.txt"
+    header = "# Training captions of this checkpoint, for INT8 calibration (sdaccel.shapes, split 'train')\n"
+    path.write_text(header + "\n".join(shapes.prompts(n, seed=seed + 1, split="train")) + "\n")
+    return path
 
 
 # --------------------------------------------------------------------------------------------
@@ -445,11 +521,12 @@ def generate(
     folder: Path, prompts: list[str], steps: int, guidance_scale: float, seed: int = 0, batch: int = 16
 ):
     """Images for ``prompts`` from the checkpoint in ``folder``, fp32, with diffusers'
-    ``StableDiffusionXLPipeline``; image ``i`` uses the seed ``seed + i``."""
+    pipeline (``StableDiffusionXLPipeline`` or ``StableDiffusionPipeline``, as ``model_index.json``
+    says); image ``i`` uses the seed ``seed + i``."""
     import torch
-    from diffusers import StableDiffusionXLPipeline
+    from diffusers import DiffusionPipeline
 
-    pipe = StableDiffusionXLPipeline.from_pretrained(folder, torch_dtype=torch.float32)
+    pipe = DiffusionPipeline.from_pretrained(folder, dtype=torch.float32)
     pipe.set_progress_bar_config(disable=True)
     images = []
     for start in range(0, len(prompts), batch):
@@ -531,6 +608,10 @@ def train(out_dir: str | Path, config: TrainConfig | None = None, evaluate_model
     unique = sorted(set(captions))
     embeds, pooled = encode_prompts(unique, tokenizers, encoders)
     row = torch.tensor([unique.index(c) for c in captions])
+    if config.layout == "sdxl":  # force_zeros_for_empty_prompt: the negative side is all zeros
+        uncond = (torch.zeros_like(embeds[:1]), torch.zeros_like(pooled[:1]))
+    else:  # SD 1.x encodes the empty prompt
+        uncond = encode_prompts([""], tokenizers, encoders)
     lap("data_and_text_encoders")
 
     vae = train_vae(images, config, log)
@@ -547,14 +628,13 @@ def train(out_dir: str | Path, config: TrainConfig | None = None, evaluate_model
     log["vae_reconstruction_adherence"] = shapes.adherence(list(_to_images(recon)), check_prompts)
     lap("vae")
 
-    unet = train_unet((mean * scaling, std * scaling), embeds[row], pooled[row], config, log)
+    rows = (embeds[row], None if pooled is None else pooled[row])
+    unet = train_unet((mean * scaling, std * scaling), *rows, uncond, config, log)
     unet.save_pretrained(tmp / "unet")
-    build_scheduler().save_pretrained(tmp / "scheduler")
-    _write_model_index(
-        tmp,
-        "StableDiffusionXLPipeline",
-        SDXL_COMPONENTS,
-    )
+    build_scheduler(config.layout).save_pretrained(tmp / "scheduler")
+    layout = LAYOUTS[config.layout]
+    _write_model_index(tmp, layout["pipeline"], layout["components"])
+    write_calibration_prompts(tmp, seed=config.seed)
     lap("unet")
     log["training_wall_s"] = round(time.perf_counter() - start, 1)
 
@@ -575,10 +655,13 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("out_dir", type=Path, help="folder to write the checkpoint into (replaced)")
     for field in dataclasses.fields(TrainConfig):
-        kind = {"int": int, "float": float}.get(field.type)
-        if kind is not None:  # every number can be set from the command line
+        kind = {"int": int, "float": float, "str": str}.get(field.type)
+        if kind is not None:  # every number (and the layout) can be set from the command line
             flag = "--" + field.name.replace("_", "-")
-            parser.add_argument(flag, type=kind, default=field.default, help=f"default {field.default}")
+            choices = sorted(LAYOUTS) if field.name == "layout" else None
+            parser.add_argument(
+                flag, type=kind, default=field.default, choices=choices, help=f"default {field.default}"
+            )
     parser.add_argument("--no-eval", action="store_true", help="skip the pipeline evaluation")
     args = parser.parse_args(argv)
     values = {f.name: getattr(args, f.name) for f in dataclasses.fields(TrainConfig) if hasattr(args, f.name)}

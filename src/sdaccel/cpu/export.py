@@ -496,6 +496,12 @@ def export_pipeline(
     settings = {"weight_dtype": weight_dtype, "static": asdict(static) if static else None}
     if is_complete(dst, names) and not force:
         manifest = read_json(dst / MANIFEST)
+        source = manifest.get("source")
+        if source is not None and Path(source).resolve() != Path(src).resolve():
+            raise CheckpointError(
+                f"{dst} holds an OpenVINO export of {source}, not of {src}. Export into another "
+                "folder, or pass force=True to replace it."
+            )
         recorded = {k: manifest.get(k) for k in settings}
         note = f" It was exported with {recorded}, not {settings}." if recorded != settings else ""
         message = f"{dst} already holds a complete OpenVINO export of {list(names)}; nothing to do.{note}"
