@@ -133,6 +133,15 @@ SDXL_COMPONENTS = {
     "vae": ("diffusers", "AutoencoderKL"),
 }
 
+#: The components of an SD 1.5 checkpoint (without its safety checker and feature extractor).
+SD15_COMPONENTS = {
+    "scheduler": ("diffusers", "PNDMScheduler"),
+    "text_encoder": ("transformers", "CLIPTextModel"),
+    "tokenizer": ("transformers", "CLIPTokenizer"),
+    "unet": ("diffusers", "UNet2DConditionModel"),
+    "vae": ("diffusers", "AutoencoderKL"),
+}
+
 
 def _write_model_index(folder: Path, pipeline: str, components: dict[str, tuple[str, str]]) -> None:
     import diffusers
@@ -220,17 +229,7 @@ def build_tiny_sd15(folder: str | Path, seed: int = 0) -> Path:
         skip_prk_steps=True,
         set_alpha_to_one=False,
     ).save_pretrained(folder / "scheduler")
-    _write_model_index(
-        folder,
-        "StableDiffusionPipeline",
-        {
-            "scheduler": ("diffusers", "PNDMScheduler"),
-            "text_encoder": ("transformers", "CLIPTextModel"),
-            "tokenizer": ("transformers", "CLIPTokenizer"),
-            "unet": ("diffusers", "UNet2DConditionModel"),
-            "vae": ("diffusers", "AutoencoderKL"),
-        },
-    )
+    _write_model_index(folder, "StableDiffusionPipeline", SD15_COMPONENTS)
     return folder
 
 

@@ -62,7 +62,13 @@ from pathlib import Path
 import numpy as np
 
 from sdaccel import shapes
-from sdaccel.tiny import SDXL_COMPONENTS, _bytes_to_unicode, _text_encoder, _write_model_index
+from sdaccel.tiny import (
+    SD15_COMPONENTS,
+    SDXL_COMPONENTS,
+    _bytes_to_unicode,
+    _text_encoder,
+    _write_model_index,
+)
 
 #: Words that become single tokens: every word of the shapes captions, plus a few common ones.
 WORDS: tuple[str, ...] = tuple(
@@ -89,13 +95,7 @@ LAYOUTS = {
     },
     "sd15": {
         "pipeline": "StableDiffusionPipeline",
-        "components": {
-            "scheduler": ("diffusers", "DDIMScheduler"),
-            "text_encoder": ("transformers", "CLIPTextModel"),
-            "tokenizer": ("transformers", "CLIPTokenizer"),
-            "unet": ("diffusers", "UNet2DConditionModel"),
-            "vae": ("diffusers", "AutoencoderKL"),
-        },
+        "components": {**SD15_COMPONENTS, "scheduler": ("diffusers", "DDIMScheduler")},
         "down_blocks": ("CrossAttnDownBlock2D", "DownBlock2D"),
         "use_linear_projection": False,
     },
