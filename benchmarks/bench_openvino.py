@@ -45,10 +45,12 @@ Lever ``deepcache`` (DeepCache, Ma et al., CVPR 2024): the deep part of the UNet
 between adjacent denoising steps, so every ``N``-th step runs the full UNet and keeps the input of
 its last up block; the steps in between run only the *shallow* UNet (``conv_in``, the first down
 block without its downsampler, the last up block fed with the cached feature, ``conv_out``).
-The script exports that shallow UNet, times it in bf16 and full INT8, and reports the average
-seconds per step ``(t_full + (N - 1) t_shallow) / N``. Its quality cost needs trained weights to
-measure (random weights have no step-to-step redundancy to exploit); the paper reports 2.3x on
-SD 1.5 for a 0.05 drop in CLIP score.
+The script exports that shallow UNet with ``sdaccel.cpu.deepcache`` (where DeepCache lives: both
+IRs, the pipeline hook, INT8), times it in bf16 and full INT8, and reports the average seconds per
+step ``(t_full + (N - 1) t_shallow) / N``. Its quality cost needs trained weights to measure
+(random weights have no step-to-step redundancy to exploit): ``python -m sdaccel.cpu.deepcache``
+measures it on the tiny trained checkpoints; the paper reports 2.3x on SD 1.5 for a 0.05 drop in
+CLIP score.
 
 Lever ``quant_memory``: peak memory of the quantization under the levers of
 :data:`MEMORY_STUDY` (SmoothQuant off, bias correction off, f32 vs fp16 source IR).
@@ -71,6 +73,7 @@ from pathlib import Path
 
 import numpy as np
 
+from sdaccel.cpu.deepcache import cached_shape
 from sdaccel.cpu.quantize import quantize_ir
 
 #: Real architectures with random weights (configs in ``sdaccel/reference_configs``). Any other
@@ -250,83 +253,21 @@ def synthetic_calibration(
 # ----------------------------------------------------------------------------------------------
 
 
-def export_deepcache_shallow(model: str, xml: str, latent: int, seed: int = 0) -> dict:
-    """Export the shallow part of the UNet that DeepCache runs on its cached steps.
-
-    Inputs: the UNet's own plus ``cached`` (the input of the last up block, saved by the last
-    full step); output ``out_sample``. The deep part (every other down block, the mid block, every
-    other up block) is skipped.
-    """
+def export_deepcache_shallow(model: str, xml: str, seed: int = 0) -> dict:
+    """Export the shallow UNet that DeepCache runs on its cached steps
+    (:func:`sdaccel.cpu.deepcache.convert_shallow`: the UNet's inputs plus ``cached``, the input of
+    the last up block saved by the last full step; output ``out_sample``), weights stored fp16."""
     import gc
 
     import openvino as ov
-    import torch
 
-    unet = build_torch_unet(model, seed)
-    cfg = unet.config
+    from sdaccel.cpu.deepcache import convert_shallow
 
-    class Shallow(torch.nn.Module):
-        def __init__(self, unet):
-            super().__init__()
-            self.unet = unet
-
-        def forward(self, sample, timestep, encoder_hidden_states, cached, text_embeds=None, time_ids=None):
-            u = self.unet
-            added = None if text_embeds is None else {"text_embeds": text_embeds, "time_ids": time_ids}
-            emb = u.time_embedding(u.get_time_embed(sample=sample, timestep=timestep))
-            aug = u.get_aug_embed(
-                emb=emb, encoder_hidden_states=encoder_hidden_states, added_cond_kwargs=added
-            )
-            emb = emb if aug is None else emb + aug
-            hidden = u.conv_in(sample)
-            skips = (hidden,)
-            first = u.down_blocks[0]
-            attentions = getattr(first, "attentions", None) or [None] * len(first.resnets)
-            for resnet, attention in zip(first.resnets, attentions, strict=True):
-                hidden = resnet(hidden, emb)
-                if attention is not None:
-                    hidden = attention(
-                        hidden, encoder_hidden_states=encoder_hidden_states, return_dict=False
-                    )[0]
-                skips += (hidden,)
-            last = u.up_blocks[-1]
-            if getattr(last, "has_cross_attention", False):
-                hidden = last(
-                    hidden_states=cached,
-                    res_hidden_states_tuple=skips,
-                    temb=emb,
-                    encoder_hidden_states=encoder_hidden_states,
-                )
-            else:
-                hidden = last(hidden_states=cached, res_hidden_states_tuple=skips, temb=emb)
-            return u.conv_out(u.conv_act(u.conv_norm_out(hidden)))
-
-    inputs = {k: torch.from_numpy(v) for k, v in unet_inputs(model, 2, latent).items()}
-    cached_shape = deepcache_cached_shape(model, 2, latent)
-    example = {
-        "sample": inputs["sample"],
-        "timestep": inputs["timestep"],
-        "encoder_hidden_states": inputs["encoder_hidden_states"],
-        "cached": torch.randn(cached_shape),
-    }
-    if cfg.addition_embed_type == "text_time":
-        example.update(text_embeds=inputs["text_embeds"], time_ids=inputs["time_ids"])
-    with torch.no_grad():
-        ov_model = ov.convert_model(Shallow(unet), example_input=example)
-    for port, name in zip(ov_model.inputs, example, strict=True):
-        port.get_tensor().set_names({name})
-    ov_model.outputs[0].get_tensor().set_names({"out_sample"})
-    del unet
+    ov_model = convert_shallow(build_torch_unet(model, seed))
     gc.collect()
+    Path(xml).parent.mkdir(parents=True, exist_ok=True)
     ov.save_model(ov_model, xml, compress_to_fp16=True)
-    return {"cached_shape": list(cached_shape)}
-
-
-def deepcache_cached_shape(model: str, batch: int, latent: int) -> tuple[int, ...]:
-    """Shape of the input of the last up block: the previous up block's output channels, at the
-    full latent resolution (that block ends with an upsampler)."""
-    channels = list(reversed(unet_config(model)["block_out_channels"]))
-    return (batch, channels[-2], latent, latent)
+    return {"inputs": [port.get_any_name() for port in ov_model.inputs]}
 
 
 # ----------------------------------------------------------------------------------------------
@@ -597,13 +538,12 @@ def bench_deepcache(model: str, args, work: Path, spec: dict, result: dict) -> d
             export_deepcache_shallow,
             model,
             str(shallow),
-            args.latent,
             limit_gb=limit,
             min_free_gb=free,
         )
         if not run.ok:
             return _summary(run)
-    cached = {"cached": deepcache_cached_shape(model, args.batch, args.latent)}
+    cached = {"cached": cached_shape(unet_config(model), args.batch, args.latent, args.latent)}
     shallow_spec = {**spec, "extra": cached}
     targets = {"ov_bf16": shallow}
     quantized = work / "unet_shallow_full_int8.xml"

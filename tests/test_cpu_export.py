@@ -314,3 +314,18 @@ def test_clear_errors(tmp_path, tiny_sd15):
     with pytest.raises(ValueError, match="weight_dtype"):
         export_pipeline(tiny_sd15, tmp_path / "out", weight_dtype="int8")
     assert not (tmp_path / "out").exists()
+
+
+def test_a_checkpoint_changed_since_its_export_is_not_served_stale(exports, tmp_path):
+    """Retrained in place (same folder, new files): the old export is refused until forced."""
+    import os
+
+    src = tmp_path / "checkpoint"
+    shutil.copytree(exports["tiny-sd15"][0], src)
+    out = export_pipeline(src, tmp_path / "ov", components=["tokenizer", "text_encoder"], progress=False)
+    weights = next((src / "text_encoder").glob("*.safetensors"))
+    os.utime(weights, ns=(weights.stat().st_atime_ns, weights.stat().st_mtime_ns + 10**9))
+    with pytest.raises(CheckpointError, match="has changed since it was exported"):
+        export_pipeline(src, out, components=["tokenizer", "text_encoder"], progress=False)
+    export_pipeline(src, out, components=["tokenizer", "text_encoder"], force=True, progress=False)
+    export_pipeline(src, out, components=["tokenizer", "text_encoder"], progress=False)  # current again

@@ -496,12 +496,7 @@ def export_pipeline(
     settings = {"weight_dtype": weight_dtype, "static": asdict(static) if static else None}
     if is_complete(dst, names) and not force:
         manifest = read_json(dst / MANIFEST)
-        source = manifest.get("source")
-        if source is not None and Path(source).resolve() != Path(src).resolve():
-            raise CheckpointError(
-                f"{dst} holds an OpenVINO export of {source}, not of {src}. Export into another "
-                "folder, or pass force=True to replace it."
-            )
+        check_source(manifest, src, dst)
         recorded = {k: manifest.get(k) for k in settings}
         note = f" It was exported with {recorded}, not {settings}." if recorded != settings else ""
         message = f"{dst} already holds a complete OpenVINO export of {list(names)}; nothing to do.{note}"
@@ -553,6 +548,7 @@ def export_pipeline(
     _update_manifest(
         dst,
         source=str(src),
+        source_fingerprint=source_fingerprint(src),
         pipeline=kind,
         components=exported,
         export_seconds=old.get("export_seconds", {}) | timings,
@@ -561,6 +557,35 @@ def export_pipeline(
         **settings,
     )
     return dst
+
+
+def source_fingerprint(src: Path) -> str:
+    """A digest of a checkpoint folder's configs and weights (path, size, modification time):
+    it changes when the checkpoint is retrained or replaced in place."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    for path in sorted(Path(src).rglob("*")):
+        if path.is_file() and path.suffix in (".json", ".safetensors", ".bin", ".txt"):
+            stat = path.stat()
+            digest.update(f"{path.relative_to(src)}:{stat.st_size}:{stat.st_mtime_ns}\n".encode())
+    return digest.hexdigest()[:16]
+
+
+def check_source(manifest: dict, src: Path, dst: Path) -> None:
+    """Refuse to reuse an export made from another checkpoint, or from this one before it changed."""
+    source = manifest.get("source")
+    if source is not None and Path(source).resolve() != Path(src).resolve():
+        raise CheckpointError(
+            f"{dst} holds an OpenVINO export of {source}, not of {src}. Export into another "
+            "folder, or pass force=True to replace it."
+        )
+    recorded = manifest.get("source_fingerprint")
+    if recorded is not None and recorded != source_fingerprint(src):
+        raise CheckpointError(
+            f"{src} has changed since it was exported to {dst} (its files are not the ones exported). "
+            "Pass force=True to export it again."
+        )
 
 
 def _load_torch(src: Path, name: str):

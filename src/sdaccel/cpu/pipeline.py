@@ -286,6 +286,7 @@ class OVPipeline:
         latents=None,
         callback: Callable[[int, int, np.ndarray], None] | None = None,
         unet_input_callback: Callable[[dict], None] | None = None,
+        deepcache: Callable[[int, dict], np.ndarray] | None = None,
     ) -> PipelineOutput:
         """Generate one image per prompt.
 
@@ -296,6 +297,9 @@ class OVPipeline:
           callback: ``callback(step, timestep, latents)`` after every scheduler step.
           unet_input_callback: called with the dict of UNet inputs before every UNet call (to
             collect calibration data for quantization, say).
+          deepcache: a :class:`sdaccel.cpu.deepcache.DeepCache` (any ``deepcache(step, inputs)``
+            returning ``out_sample``) that runs the UNet in place of this pipeline's own: the full
+            UNet every N-th step, its shallow part with a cached deep feature in between.
         """
         import torch
 
@@ -346,9 +350,13 @@ class OVPipeline:
             if unet_input_callback is not None:
                 unet_input_callback(inputs)
             tick = time.perf_counter()
-            unet.infer(inputs)
+            if deepcache is None:
+                unet.infer(inputs)
+                noise = unet.get_tensor("out_sample").data.copy()
+            else:
+                noise = deepcache(step, inputs)
             timings["unet_steps"].append(time.perf_counter() - tick)
-            noise = torch.from_numpy(unet.get_tensor("out_sample").data.copy())
+            noise = torch.from_numpy(noise)
             if guidance:
                 uncond, text = noise.chunk(2)
                 noise = uncond + guidance_scale * (text - uncond)

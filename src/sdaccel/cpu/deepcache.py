@@ -1,0 +1,643 @@
+"""DeepCache on OpenVINO: run the deep part of the UNet once every N steps, and only its shallow
+part in between.
+
+**The idea** (Ma et al., *DeepCache: Accelerating Diffusion Models for Free*, CVPR 2024). A UNet
+has levels: the down path halves the resolution level after level, the up path doubles it back,
+and skip connections carry each level's features across to the up block of the same level::
+
+    conv_in -> down 0 ----------------------------------(skips)--------------------> up -1 -> conv_out
+                 \\-> down 1 -> ... -> mid -> ... -> up -2 ---- cached feature ----/
+
+Everything between the first down block and the last up block is the *deep* part: most of the
+layers, at low resolution, computing what the picture holds and where. Between two adjacent
+denoising steps the latents change by a small amount, and the paper measured that the deep
+features change even less (adjacent steps' up-block features are nearly identical). So:
+
+* on a **full step** (steps 0, N, 2N, ...) the whole UNet runs, and the input of its last up
+  block, the result of the whole deep part, is kept: the **cached** feature;
+* on the N - 1 **shallow steps** after it, only ``conv_in``, the first down block (without its
+  downsampler), the last up block and ``conv_out`` run. The first down block gives fresh skip
+  features from the current latents, timestep and prompt; the last up block combines them with
+  the cached deep feature, which is up to N - 1 steps old.
+
+An average step then costs ``(t_full + (N - 1) t_shallow) / N``. On the SD 1.5 UNet at 64x64
+latents the shallow part took about 45% of a full step (``benchmarks/bench_openvino.py``, bf16;
+it is the most expensive level, with attention over 4096 tokens), so N = 3 saves about a third of
+the UNet time. The paper lets the cut sit at any skip connection (12 in SD 1.5, layer by layer);
+this module cuts at the level boundary: all of the first down block and of the last up block are
+in the shallow part.
+
+The **quality cost** is the staleness of the deep feature: it grows with N, and with how much of
+the network the deep part is. The paper reports 2.3x on SD 1.5 (50 PLMS steps) for a 0.05 drop in
+CLIP score; :func:`measure` measures it on a trained checkpoint of ours (prompt adherence and
+PSNR/SSIM against the uncached images).
+
+**Two IRs**, exported by :func:`export_deepcache` next to an export folder's UNet::
+
+    <export>/unet_deepcache/full/openvino_model.xml     inputs: the UNet's     outputs: out_sample, cached
+    <export>/unet_deepcache/shallow/openvino_model.xml  inputs: the UNet's + cached   output: out_sample
+
+The UNet's inputs are ``sample, timestep, encoder_hidden_states`` (and SDXL's ``text_embeds,
+time_ids``), as in :mod:`sdaccel.cpu.export`; ``cached`` is ``[batch, block_out_channels[1], h, w]``
+at the latent size ``h x w``. Both IRs are written from the pieces of one PyTorch UNet
+(:func:`convert_full`, :func:`convert_shallow`: ``embed``, ``head``, ``deep``, ``tail``), so on
+the same step the shallow IR fed with the full IR's ``cached`` gives the full IR's ``out_sample``,
+and the full IR gives the plain UNet's (``tests/test_deepcache.py`` checks both).
+
+**Running it**: :class:`DeepCache` is what ``OVPipeline.generate(..., deepcache=...)`` calls on
+every step in place of the pipeline's UNet::
+
+    export_pipeline("checkpoints/tiny-shapes-sdxl", "build/ov/shapes")  # sdaccel.cpu.export
+    folder = export_deepcache("checkpoints/tiny-shapes-sdxl", "build/ov/shapes")
+    pipe = OVPipeline.from_pretrained("build/ov/shapes", precision="f32")
+    cache = DeepCache.load(folder, pipe, interval=3)
+    images = pipe(prompts, steps=20, deepcache=cache).images
+    cache.calls  # {'full': 7, 'shallow': 13} for one prompt (Euler: one UNet call per step)
+
+**INT8**: :func:`quantize_deepcache` quantizes both IRs with :func:`sdaccel.cpu.quantize.quantize_ir`.
+The full IR calibrates on the UNet's captured inputs as they are. The shallow IR also needs
+``cached``: it is computed by running the floating-point full IR on each calibration sample, i.e.
+the sample's own step stands in for the last full step before it, a close proxy since cached
+features are the ones that change little from step to step.
+
+Run ``python -m sdaccel.cpu.deepcache --checkpoint checkpoints/tiny-shapes-sdxl`` for the quality
+measurement (:func:`measure`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from sdaccel.checkpoint import CheckpointError, read_config, read_json, resolve_checkpoint
+from sdaccel.cpu.export import (
+    MODEL_XML,
+    _convert,
+    _fix_dims,
+    _load_torch,
+    _name_ports,
+    _save_ir,
+    check_source,
+    source_fingerprint,
+)
+
+#: The folder inside an export folder that holds the two IRs, and their sub-folders.
+FOLDER = "unet_deepcache"
+PARTS = ("full", "shallow")
+MANIFEST = "deepcache.json"
+
+
+def cached_shape(unet_config, batch: int, height: int, width: int) -> tuple[int, int, int, int]:
+    """Shape of the cached feature (the input of the last up block) for ``height x width`` latents.
+
+    It is the output of the up block before the last one: ``block_out_channels[1]`` channels (the
+    up path runs the channel list backwards), at the full latent resolution (that block ends with
+    an upsampler).
+    """
+    return (batch, unet_config["block_out_channels"][1], height, width)
+
+
+# ----------------------------------------------------------------------------------------------
+# The UNet in four pieces (PyTorch)
+# ----------------------------------------------------------------------------------------------
+
+
+def _modules():
+    """The wrapper classes (defined lazily so that importing this module does not import torch)."""
+    import torch
+
+    def call_block(block, context, **kwargs):
+        """A down/mid/up block, given the text context only if it has cross-attention."""
+        if getattr(block, "has_cross_attention", False):
+            kwargs["encoder_hidden_states"] = context
+        return block(**kwargs)
+
+    class Pieces(torch.nn.Module):
+        """One diffusers ``UNet2DConditionModel`` cut at the input of its last up block.
+
+        ``embed`` -> ``head`` -> ``deep`` -> ``tail`` is the UNet's own forward (for SD 1.x/2.x
+        and SDXL: no ControlNet residuals, masks or class labels); DeepCache skips ``deep``.
+        """
+
+        def __init__(self, unet):
+            super().__init__()
+            cfg = unet.config
+            if cfg.class_embed_type is not None or cfg.center_input_sample:
+                raise CheckpointError("DeepCache export supports SD 1.x/2.x and SDXL UNets only.")
+            if cfg.addition_embed_type not in (None, "text_time"):
+                raise CheckpointError(
+                    f"UNet addition_embed_type={cfg.addition_embed_type!r} is not supported."
+                )
+            if len(unet.up_blocks) < 2:
+                raise CheckpointError("A one-level UNet has no deep part to cache.")
+            self.unet = unet
+
+        def embed(self, sample, timestep, encoder_hidden_states, text_embeds, time_ids):
+            """The timestep embedding (plus SDXL's pooled text and size embedding) and the context."""
+            u = self.unet
+            added = None if text_embeds is None else {"text_embeds": text_embeds, "time_ids": time_ids}
+            emb = u.time_embedding(u.get_time_embed(sample=sample, timestep=timestep))
+            aug = u.get_aug_embed(
+                emb=emb, encoder_hidden_states=encoder_hidden_states, added_cond_kwargs=added
+            )
+            emb = emb if aug is None else emb + aug
+            if u.time_embed_act is not None:
+                emb = u.time_embed_act(emb)
+            context = u.process_encoder_hidden_states(
+                encoder_hidden_states=encoder_hidden_states, added_cond_kwargs=added
+            )
+            return emb, context
+
+        def head(self, sample, emb, context) -> list:
+            """``conv_in`` and the first down block up to its downsampler: the full-resolution
+            features that the skip connections carry to the last up block (computed every step)."""
+            u = self.unet
+            hidden = u.conv_in(sample)
+            skips = [hidden]
+            first = u.down_blocks[0]
+            attentions = getattr(first, "attentions", None) or [None] * len(first.resnets)
+            for resnet, attention in zip(first.resnets, attentions, strict=True):
+                hidden = resnet(hidden, emb)
+                if attention is not None:
+                    hidden = attention(hidden, encoder_hidden_states=context, return_dict=False)[0]
+                skips.append(hidden)
+            return skips
+
+        def deep(self, skips: list, emb, context):
+            """Everything in between: the first down block's downsampler, the other down blocks, the
+            mid block and every up block but the last. Returns the feature DeepCache caches."""
+            u = self.unet
+            skips = list(skips)  # the head's own list stays for the tail
+            hidden = skips[-1]
+            if u.down_blocks[0].downsamplers is not None:
+                for downsampler in u.down_blocks[0].downsamplers:
+                    hidden = downsampler(hidden)
+                skips.append(hidden)
+            for block in u.down_blocks[1:]:
+                hidden, res = call_block(block, context, hidden_states=hidden, temb=emb)
+                skips.extend(res)
+            if u.mid_block is not None:
+                hidden = call_block(u.mid_block, context, hidden_states=hidden, temb=emb)
+            # as diffusers does: pass the skip's size to the upsamplers when the latent size is
+            # not a multiple of the total upsampling factor
+            odd = any(size % 2**u.num_upsamplers for size in skips[0].shape[-2:])
+            for block in u.up_blocks[:-1]:
+                n = len(block.resnets)
+                res, skips = skips[-n:], skips[:-n]
+                hidden = call_block(
+                    block,
+                    context,
+                    hidden_states=hidden,
+                    temb=emb,
+                    res_hidden_states_tuple=tuple(res),
+                    upsample_size=skips[-1].shape[2:] if odd else None,
+                )
+            return hidden
+
+        def tail(self, cached, skips: list, emb, context):
+            """The last up block on the (cached) deep feature and the head's skips, then the output."""
+            u = self.unet
+            hidden = call_block(
+                u.up_blocks[-1], context, hidden_states=cached, temb=emb, res_hidden_states_tuple=tuple(skips)
+            )
+            if u.conv_norm_out is not None:
+                hidden = u.conv_act(u.conv_norm_out(hidden))
+            return u.conv_out(hidden)
+
+    class Full(Pieces):
+        """The whole UNet -> (noise prediction, cached feature)."""
+
+        def forward(self, sample, timestep, encoder_hidden_states, text_embeds=None, time_ids=None):
+            emb, context = self.embed(sample, timestep, encoder_hidden_states, text_embeds, time_ids)
+            skips = self.head(sample, emb, context)
+            cached = self.deep(skips, emb, context)
+            return self.tail(cached, skips, emb, context), cached
+
+    class Shallow(Pieces):
+        """The UNet without its deep part, which a cached feature replaces -> noise prediction."""
+
+        def forward(
+            self, sample, timestep, encoder_hidden_states, text_embeds=None, time_ids=None, cached=None
+        ):
+            emb, context = self.embed(sample, timestep, encoder_hidden_states, text_embeds, time_ids)
+            return self.tail(cached, self.head(sample, emb, context), emb, context)
+
+    return Full, Shallow
+
+
+def _example(cfg, size: int, sequence_length: int) -> tuple[dict, dict]:
+    """Example UNet inputs for the trace (batch 2) and the dimensions to keep static, as
+    :func:`sdaccel.cpu.export.convert_unet` uses them."""
+    import torch
+
+    example = {
+        "sample": torch.randn(2, cfg.in_channels, size, size),
+        "timestep": torch.tensor([999], dtype=torch.int64),
+        "encoder_hidden_states": torch.randn(2, sequence_length, cfg.cross_attention_dim),
+    }
+    dims = {
+        "sample": {1: cfg.in_channels},
+        "timestep": {0: 1},
+        "encoder_hidden_states": {2: cfg.cross_attention_dim},
+    }
+    if cfg.addition_embed_type == "text_time":
+        text_embeds = cfg.projection_class_embeddings_input_dim - 6 * cfg.addition_time_embed_dim
+        example["text_embeds"] = torch.randn(2, text_embeds)
+        example["time_ids"] = torch.tensor([[size * 8, size * 8, 0, 0, size * 8, size * 8]] * 2).float()
+        dims.update({"text_embeds": {1: text_embeds}, "time_ids": {1: 6}})
+    return example, dims
+
+
+def convert_full(unet, example_size: int = 32, sequence_length: int = 77):
+    """A diffusers ``UNet2DConditionModel`` -> ``ov.Model`` with outputs ``out_sample`` and ``cached``."""
+    Full, _ = _modules()
+    example, dims = _example(unet.config, min(example_size, unet.config.sample_size), sequence_length)
+    ov_model = _convert(Full(unet), example)
+    _name_ports(ov_model, list(example), ["out_sample", "cached"])
+    return _fix_dims(ov_model, dims)
+
+
+def convert_shallow(unet, example_size: int = 32, sequence_length: int = 77):
+    """A diffusers ``UNet2DConditionModel`` -> the shallow ``ov.Model``: the UNet's inputs plus
+    ``cached``, output ``out_sample``."""
+    import torch
+
+    _, Shallow = _modules()
+    size = min(example_size, unet.config.sample_size)
+    example, dims = _example(unet.config, size, sequence_length)
+    shape = cached_shape(unet.config, 2, size, size)
+    example["cached"] = torch.randn(shape)
+    dims["cached"] = {1: shape[1]}
+    ov_model = _convert(Shallow(unet), example)
+    _name_ports(ov_model, list(example), ["out_sample"])
+    return _fix_dims(ov_model, dims)
+
+
+def export_deepcache(
+    src, export_dir: str | os.PathLike, force: bool = False, weight_dtype: str = "fp32"
+) -> Path:
+    """Export the full and the shallow IR into ``<export_dir>/unet_deepcache`` and return that folder.
+
+    Args:
+      src: a diffusers checkpoint (local folder or hub id) or a ``UNet2DConditionModel``.
+      export_dir: usually the pipeline's export folder (:func:`sdaccel.cpu.export.export_pipeline`).
+      force: export again even if both IRs are there.
+      weight_dtype: ``"fp32"`` or ``"fp16"`` (weights stored in half precision).
+    """
+    import openvino as ov
+
+    if weight_dtype not in ("fp32", "fp16"):
+        raise ValueError(f"weight_dtype must be 'fp32' or 'fp16', got {weight_dtype!r}.")
+    folder = Path(export_dir) / FOLDER
+    xmls = {part: folder / part / MODEL_XML for part in PARTS}
+    checkpoint = None
+    if isinstance(src, str | os.PathLike):
+        checkpoint = resolve_checkpoint(src, components=["unet", "text_encoder"])
+    if not force and (folder / MANIFEST).is_file() and all(x.is_file() for x in xmls.values()):
+        if checkpoint is not None:
+            check_source(read_json(folder / MANIFEST), checkpoint, folder)
+        print(f"{folder} already holds the DeepCache IRs; nothing to do. Pass force=True to export again.")
+        return folder
+    if checkpoint is not None:
+        unet = _load_torch(checkpoint, "unet")
+        sequence_length = read_config(checkpoint, "text_encoder").get("max_position_embeddings", 77)
+        source = str(checkpoint)
+    else:
+        unet, sequence_length, source = src.eval(), 77, type(src).__name__
+    (folder / MANIFEST).unlink(missing_ok=True)  # incomplete until the end
+    start = time.perf_counter()
+    for part, convert in (("full", convert_full), ("shallow", convert_shallow)):
+        ov_model = convert(unet, sequence_length=sequence_length)
+        xmls[part].parent.mkdir(parents=True, exist_ok=True)
+        _save_ir(ov_model, xmls[part], compress_to_fp16=weight_dtype == "fp16")
+        del ov_model
+    manifest = {
+        "source": source,
+        "source_fingerprint": None if checkpoint is None else source_fingerprint(checkpoint),
+        "weight_dtype": weight_dtype,
+        "cached_channels": unet.config.block_out_channels[1],
+        "export_seconds": time.perf_counter() - start,
+        "openvino": ov.get_version(),
+    }
+    (folder / MANIFEST).write_text(json.dumps(manifest, indent=2))
+    return folder
+
+
+# ----------------------------------------------------------------------------------------------
+# Running: the step-by-step choice between the two IRs
+# ----------------------------------------------------------------------------------------------
+
+
+def compile_parts(folder: str | os.PathLike, pipeline) -> tuple:
+    """Compile the full and the shallow IR of ``folder`` as ``pipeline`` compiles its UNet (same
+    OpenVINO core, device and properties, hence the same inference precision)."""
+    if pipeline.static is not None:
+        raise ValueError(
+            "DeepCache runs with dynamic shapes (the cached feature is an input that static "
+            "reshaping does not know); load the pipeline with static=None."
+        )
+    return tuple(
+        pipeline.core.compile_model(
+            str(Path(folder) / part / MODEL_XML), pipeline.device, pipeline.compile_config
+        )
+        for part in PARTS
+    )
+
+
+class DeepCache:
+    """The UNet of a pipeline with DeepCache at ``interval`` N: ``cache(step, inputs)`` runs the
+    full IR when ``step % N == 0`` (so always on step 0) and keeps its ``cached`` output, and the
+    shallow IR with that cached feature on the other steps. ``interval=1`` runs the full IR on
+    every step. ``calls`` counts the runs of each IR.
+
+    ``full`` and ``shallow`` are compiled models (:func:`compile_parts`); one pair can serve
+    several ``DeepCache`` objects with different intervals.
+    """
+
+    def __init__(self, full, shallow, interval: int = 3):
+        if interval < 1:
+            raise ValueError(f"interval must be >= 1, got {interval}.")
+        self.interval = interval
+        self.requests = {"full": full.create_infer_request(), "shallow": shallow.create_infer_request()}
+        self.calls = {"full": 0, "shallow": 0}
+        self.cached = None
+
+    @classmethod
+    def load(cls, folder: str | os.PathLike, pipeline, interval: int = 3) -> DeepCache:
+        """Compile ``folder``'s IRs (see :func:`export_deepcache`) for ``pipeline``."""
+        return cls(*compile_parts(folder, pipeline), interval=interval)
+
+    def __call__(self, step: int, inputs: dict) -> np.ndarray:
+        if step % self.interval == 0:
+            part = "full"
+            request = self.requests[part]
+            request.infer(inputs)
+            self.cached = request.get_tensor("cached").data.copy()
+        elif self.cached is None:
+            raise RuntimeError("DeepCache's first step must be a full one (step 0).")
+        else:
+            part = "shallow"
+            request = self.requests[part]
+            request.infer({**inputs, "cached": self.cached})
+        self.calls[part] += 1
+        return request.get_tensor("out_sample").data.copy()
+
+
+# ----------------------------------------------------------------------------------------------
+# INT8
+# ----------------------------------------------------------------------------------------------
+
+
+def quantize_deepcache(
+    folder: str | os.PathLike,
+    dst: str | os.PathLike,
+    calibration,
+    variant: str = "full_int8",
+    subset_size: int = 200,
+    **knobs,
+) -> dict:
+    """Quantize both IRs of ``folder`` into ``dst`` (same layout) with :func:`quantize_ir`.
+
+    ``calibration`` is a :class:`~sdaccel.cpu.quantize.CalibrationSet` (or its folder) of captured
+    UNet inputs (:func:`~sdaccel.cpu.quantize.collect_unet_inputs`); ``None`` for
+    ``int8_weights``. The full IR uses them as they are. For the shallow IR each sample gets the
+    ``cached`` feature that the f32 full IR computes from that same sample (a proxy for the
+    feature of the last full step, see the module doc). Returns :func:`quantize_ir`'s report per part.
+    """
+    from sdaccel.cpu.quality import compile_f32
+    from sdaccel.cpu.quantize import CalibrationSet, quantize_ir
+
+    folder, dst = Path(folder), Path(dst)
+    report = {}
+    with tempfile.TemporaryDirectory(prefix="deepcache-calibration-") as tmp:
+        data = {"full": None, "shallow": None}
+        if calibration is not None:
+            samples = calibration if isinstance(calibration, CalibrationSet) else CalibrationSet(calibration)
+            full = compile_f32(folder / "full" / MODEL_XML)
+            with_cache = CalibrationSet(tmp)
+            for index, sample in enumerate(samples):
+                with_cache.write(index, {**sample, "cached": full(sample)["cached"]})
+            del full
+            data = {"full": samples.folder, "shallow": with_cache.folder}
+        for part in PARTS:
+            report[part] = quantize_ir(
+                folder / part / MODEL_XML, dst / part / MODEL_XML, variant, data[part], subset_size, **knobs
+            )
+    manifest = read_json(folder / MANIFEST) if (folder / MANIFEST).is_file() else {}
+    (dst / MANIFEST).write_text(json.dumps(manifest | {"quantized": variant, "from": str(folder)}, indent=2))
+    return report
+
+
+# ----------------------------------------------------------------------------------------------
+# The quality measurement
+# ----------------------------------------------------------------------------------------------
+
+
+def measure(
+    checkpoint: str | os.PathLike,
+    workdir: str | os.PathLike | None = None,
+    *,
+    num_prompts: int = 48,
+    steps: int = 20,
+    guidance_scale: float = 6.0,
+    size: int = 32,
+    intervals=(2, 3, 5),
+    int8_intervals=(2, 3),
+    calibration_prompts: int = 16,
+    calibration_samples: int = 100,
+    grid_columns: int = 8,
+    progress: bool = True,
+) -> dict:
+    """What DeepCache costs on a trained ``sdaccel.shapes`` checkpoint, f32 and full INT8.
+
+    ``num_prompts`` held-out prompts (image ``i`` seeded with ``i``) are generated with: f32
+    without cache; f32 with DeepCache at each of ``intervals``; full INT8 without cache; full INT8
+    with DeepCache at each of ``int8_intervals`` (the plain UNet and the two DeepCache IRs are each
+    quantized on the same calibration data). Every pipeline is compiled with
+    ``INFERENCE_PRECISION_HINT=f32``, so the only differences are the cache and INT8. Per
+    configuration: the prompt adherence (:func:`sdaccel.shapes.adherence`), PSNR/SSIM against the
+    f32 uncached images, UNet calls per image (full / shallow) and the median seconds per image
+    (whole pipeline, and the UNet alone).
+
+    INT8 calibration uses ``calibration_prompts`` prompts of the *training* split (never the
+    held-out ones), ``calibration_samples`` UNet inputs spread over them and the steps. Exports,
+    calibration data and quantized IRs go to ``workdir`` (default ``build/deepcache/<name>``);
+    a comparison grid of the first ``grid_columns`` prompts is saved there as ``grid.png``.
+    """
+    from tqdm.auto import tqdm
+
+    from sdaccel import shapes
+    from sdaccel.cpu.export import PIPELINE_COMPONENTS, export_pipeline, pipeline_class
+    from sdaccel.cpu.pipeline import OVPipeline
+    from sdaccel.cpu.quality import compare_images, comparison_grid
+    from sdaccel.cpu.quantize import collect_unet_inputs, quantize_ir
+
+    src = resolve_checkpoint(checkpoint)
+    work = Path(workdir) if workdir else Path("build/deepcache") / src.name
+    components = [c for c in PIPELINE_COMPONENTS[pipeline_class(src)] if c != "vae_encoder"]
+    export = export_pipeline(src, work / "export", components=components, progress=progress)
+    deep = export_deepcache(src, export)
+    call = {"steps": steps, "guidance_scale": guidance_scale, "height": size, "width": size}
+
+    f32 = OVPipeline.from_pretrained(export, precision="f32")
+    tick = time.perf_counter()
+    calibration = collect_unet_inputs(
+        f32,
+        shapes.prompts(calibration_prompts, seed=1, split="train"),
+        steps,
+        calibration_samples,
+        guidance_scale=guidance_scale,
+        height=size,
+        width=size,
+        out_dir=work / "calibration",
+        progress=progress,
+    )
+    plain_int8 = work / "unet_full_int8" / MODEL_XML
+    quantize_ir(export / "unet" / MODEL_XML, plain_int8, "full_int8", calibration.folder, calibration_samples)
+    deep_int8 = work / f"{FOLDER}_full_int8"
+    quantize_deepcache(deep, deep_int8, calibration, subset_size=calibration_samples)
+    quantize_s = time.perf_counter() - tick
+    int8 = OVPipeline.from_pretrained(export, precision="f32")
+    int8.replace_unet(plain_int8)
+
+    configs = {"f32": (f32, None)}
+    parts = compile_parts(deep, f32)
+    configs |= {f"f32+deepcache(N={n})": (f32, DeepCache(*parts, interval=n)) for n in intervals}
+    configs["full_int8"] = (int8, None)
+    parts = compile_parts(deep_int8, int8)
+    configs |= {f"full_int8+deepcache(N={n})": (int8, DeepCache(*parts, interval=n)) for n in int8_intervals}
+
+    prompts = shapes.heldout_prompts(num_prompts)
+    rows, images = {}, {}
+    for name, (pipe, cache) in configs.items():
+        outs = [
+            pipe([prompt], seed=i, deepcache=cache, **call)
+            for i, prompt in enumerate(tqdm(prompts, desc=name, disable=not progress))
+        ]
+        images[name] = [out.images[0] for out in outs]
+        unet_calls = sum(len(out.timings["unet_steps"]) for out in outs)
+        full_calls = unet_calls if cache is None else cache.calls["full"]
+        row = {
+            "interval": cache.interval if cache else None,
+            "int8": name.startswith("full_int8"),
+            "adherence": shapes.adherence(images[name], prompts),
+            "unet_calls_per_image": {
+                "full": full_calls / num_prompts,
+                "shallow": (unet_calls - full_calls) / num_prompts,
+            },
+            "s_per_image": statistics.median(out.timings["total"] for out in outs),
+            "unet_s_per_image": statistics.median(sum(out.timings["unet_steps"]) for out in outs),
+        }
+        if name != "f32":
+            paired = compare_images(images["f32"], images[name])
+            finite = paired["identical"] < num_prompts
+            row.update(
+                psnr_mean=paired["psnr_mean"] if finite else None,
+                ssim_mean=paired["ssim_mean"],
+                identical=paired["identical"],
+            )
+        rows[name] = row
+
+    captions = {
+        name: f"score {row['adherence']['score']:.2f}"
+        + (f"\nSSIM {row['ssim_mean']:.3f}" if "ssim_mean" in row else "")
+        for name, row in rows.items()
+    }
+    grid = comparison_grid(
+        {k: v[:grid_columns] for k, v in images.items()}, captions, cell=96, label_width=190
+    )
+    grid.save(work / "grid.png")
+    return {
+        "checkpoint": str(src),
+        "unet": {
+            k: read_config(src, "unet")[k]
+            for k in ("block_out_channels", "down_block_types", "up_block_types")
+        },
+        "settings": {
+            "num_prompts": num_prompts,
+            "prompts": "sdaccel.shapes.heldout_prompts(num_prompts), image i seeded with i",
+            **call,
+            "precision": "f32 (INFERENCE_PRECISION_HINT) everywhere; INT8 layers run in INT8",
+            "calibration_prompts": calibration_prompts,
+            "calibration_samples": calibration_samples,
+        },
+        "quantize_s": quantize_s,
+        "grid": str(work / "grid.png"),
+        "rows": rows,
+    }
+
+
+def format_table(result: dict) -> str:
+    """The rows of :func:`measure` as a text table."""
+    lines = [
+        f"{'configuration':26} {'score':>6} {'colour':>6} {'shape':>6} {'PSNR dB':>8} {'SSIM':>6} "
+        f"{'full':>5} {'shallow':>7} {'s/image':>8} {'UNet s':>7}"
+    ]
+    for name, row in result["rows"].items():
+        a, calls = row["adherence"], row["unet_calls_per_image"]
+        psnr = "-" if row.get("psnr_mean") is None else f"{row['psnr_mean']:.1f}"
+        ssim = "-" if "ssim_mean" not in row else f"{row['ssim_mean']:.3f}"
+        lines.append(
+            f"{name:26} {a['score']:6.3f} {a['colour']:6.3f} {a['shape']:6.3f} {psnr:>8} {ssim:>6} "
+            f"{calls['full']:5.1f} {calls['shallow']:7.1f} {row['s_per_image']:8.4f} {row['unet_s_per_image']:7.4f}"
+        )
+    return "\n".join(lines)
+
+
+def main(argv=None) -> dict:
+    parser = argparse.ArgumentParser(
+        description="DeepCache's quality cost on a trained sdaccel.shapes checkpoint (f32 and full INT8). "
+        "Tiny-model timings do not transfer to real model sizes."
+    )
+    parser.add_argument("--checkpoint", required=True, help="e.g. checkpoints/tiny-shapes-sd15")
+    parser.add_argument("--out", default="build/deepcache.json", help="JSON, one entry per checkpoint")
+    parser.add_argument("--workdir", default=None, help="default build/deepcache/<checkpoint name>")
+    parser.add_argument("--prompts", type=int, default=48)
+    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--guidance", type=float, default=6.0)
+    parser.add_argument("--size", type=int, default=32, help="image height and width in pixels")
+    parser.add_argument("--intervals", type=int, nargs="+", default=[2, 3, 5])
+    parser.add_argument("--int8-intervals", type=int, nargs="+", default=[2, 3])
+    parser.add_argument("--calibration-prompts", type=int, default=16)
+    parser.add_argument("--calibration-samples", type=int, default=100)
+    args = parser.parse_args(argv)
+    import openvino as ov
+
+    from sdaccel import env
+
+    result = measure(
+        args.checkpoint,
+        args.workdir,
+        num_prompts=args.prompts,
+        steps=args.steps,
+        guidance_scale=args.guidance,
+        size=args.size,
+        intervals=args.intervals,
+        int8_intervals=args.int8_intervals,
+        calibration_prompts=args.calibration_prompts,
+        calibration_samples=args.calibration_samples,
+    )
+    result["machine"] = {"cpu": env.cpu_model(), "cores": os.cpu_count(), "openvino": ov.get_version()}
+    result["command"] = " ".join(
+        ["python -m sdaccel.cpu.deepcache", *(argv if argv is not None else sys.argv[1:])]
+    )
+    out = Path(args.out)
+    everything = json.loads(out.read_text()) if out.is_file() else {"models": {}}
+    everything["models"][Path(result["checkpoint"]).name] = result
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(everything, indent=2))
+    print(format_table(result))
+    print(f"wrote {out} and {result['grid']}")
+    return result
+
+
+if __name__ == "__main__":
+    main()
