@@ -80,13 +80,14 @@ import numpy as np
 from sdaccel.checkpoint import CheckpointError, read_config, read_json, resolve_checkpoint
 from sdaccel.cpu.export import (
     MODEL_XML,
-    _convert,
-    _fix_dims,
-    _load_torch,
-    _name_ports,
-    _save_ir,
     check_source,
+    fix_dims,
+    load_torch_component,
+    name_ports,
+    save_ir,
     source_fingerprint,
+    trace_to_ov,
+    unet_example,
 )
 
 #: The folder inside an export folder that holds the two IRs, and their sub-folders.
@@ -233,36 +234,13 @@ def _modules():
     return Full, Shallow
 
 
-def _example(cfg, size: int, sequence_length: int) -> tuple[dict, dict]:
-    """Example UNet inputs for the trace (batch 2) and the dimensions to keep static, as
-    :func:`sdaccel.cpu.export.convert_unet` uses them."""
-    import torch
-
-    example = {
-        "sample": torch.randn(2, cfg.in_channels, size, size),
-        "timestep": torch.tensor([999], dtype=torch.int64),
-        "encoder_hidden_states": torch.randn(2, sequence_length, cfg.cross_attention_dim),
-    }
-    dims = {
-        "sample": {1: cfg.in_channels},
-        "timestep": {0: 1},
-        "encoder_hidden_states": {2: cfg.cross_attention_dim},
-    }
-    if cfg.addition_embed_type == "text_time":
-        text_embeds = cfg.projection_class_embeddings_input_dim - 6 * cfg.addition_time_embed_dim
-        example["text_embeds"] = torch.randn(2, text_embeds)
-        example["time_ids"] = torch.tensor([[size * 8, size * 8, 0, 0, size * 8, size * 8]] * 2).float()
-        dims.update({"text_embeds": {1: text_embeds}, "time_ids": {1: 6}})
-    return example, dims
-
-
 def convert_full(unet, example_size: int = 32, sequence_length: int = 77):
     """A diffusers ``UNet2DConditionModel`` -> ``ov.Model`` with outputs ``out_sample`` and ``cached``."""
     Full, _ = _modules()
-    example, dims = _example(unet.config, min(example_size, unet.config.sample_size), sequence_length)
-    ov_model = _convert(Full(unet), example)
-    _name_ports(ov_model, list(example), ["out_sample", "cached"])
-    return _fix_dims(ov_model, dims)
+    example, dims = unet_example(unet.config, min(example_size, unet.config.sample_size), sequence_length)
+    ov_model = trace_to_ov(Full(unet), example)
+    name_ports(ov_model, list(example), ["out_sample", "cached"])
+    return fix_dims(ov_model, dims)
 
 
 def convert_shallow(unet, example_size: int = 32, sequence_length: int = 77):
@@ -272,13 +250,13 @@ def convert_shallow(unet, example_size: int = 32, sequence_length: int = 77):
 
     _, Shallow = _modules()
     size = min(example_size, unet.config.sample_size)
-    example, dims = _example(unet.config, size, sequence_length)
+    example, dims = unet_example(unet.config, size, sequence_length)
     shape = cached_shape(unet.config, 2, size, size)
     example["cached"] = torch.randn(shape)
     dims["cached"] = {1: shape[1]}
-    ov_model = _convert(Shallow(unet), example)
-    _name_ports(ov_model, list(example), ["out_sample"])
-    return _fix_dims(ov_model, dims)
+    ov_model = trace_to_ov(Shallow(unet), example)
+    name_ports(ov_model, list(example), ["out_sample"])
+    return fix_dims(ov_model, dims)
 
 
 def export_deepcache(
@@ -307,7 +285,7 @@ def export_deepcache(
         print(f"{folder} already holds the DeepCache IRs; nothing to do. Pass force=True to export again.")
         return folder
     if checkpoint is not None:
-        unet = _load_torch(checkpoint, "unet")
+        unet = load_torch_component(checkpoint, "unet")
         sequence_length = read_config(checkpoint, "text_encoder").get("max_position_embeddings", 77)
         source = str(checkpoint)
     else:
@@ -317,7 +295,7 @@ def export_deepcache(
     for part, convert in (("full", convert_full), ("shallow", convert_shallow)):
         ov_model = convert(unet, sequence_length=sequence_length)
         xmls[part].parent.mkdir(parents=True, exist_ok=True)
-        _save_ir(ov_model, xmls[part], compress_to_fp16=weight_dtype == "fp16")
+        save_ir(ov_model, xmls[part], compress_to_fp16=weight_dtype == "fp16")
         del ov_model
     manifest = {
         "source": source,

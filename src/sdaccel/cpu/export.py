@@ -189,7 +189,7 @@ def _wrappers():
     return TextEncoder, UNet, VAEDecoder, VAEEncoder
 
 
-def _convert(module, example: dict):
+def trace_to_ov(module, example: dict):
     """Trace ``module`` on ``example`` (a dict: input name -> tensor) and convert it to ``ov.Model``.
 
     OpenVINO's PyTorch frontend records the module with TorchScript tracing (the route
@@ -212,7 +212,7 @@ def _convert(module, example: dict):
         return ov.convert_model(decoder, example_input=example)
 
 
-def _name_ports(model, inputs: Iterable[str], outputs: Iterable[str]):
+def name_ports(model, inputs: Iterable[str], outputs: Iterable[str]):
     """Give the IR's inputs and outputs exactly these tensor names (GenAI looks them up by name)."""
     for port, name in zip(model.inputs, inputs, strict=True):
         port.get_tensor().set_names({name})
@@ -222,7 +222,7 @@ def _name_ports(model, inputs: Iterable[str], outputs: Iterable[str]):
     return model
 
 
-def _fix_dims(model, dims: dict[str, dict[int, int]]):
+def fix_dims(model, dims: dict[str, dict[int, int]]):
     """Make the named dimensions of the inputs static (channels, hidden sizes); the rest stay ``?``."""
     import openvino as ov
 
@@ -250,24 +250,19 @@ def convert_text_encoder(model, max_length: int = 77):
     layers = model.config.num_hidden_layers
     # any ids trace the same graph (pooling finds the EOS by argmax or by id, decided by the config)
     ids = torch.arange(2 * max_length, dtype=torch.int64).reshape(2, max_length) % model.config.vocab_size
-    ov_model = _convert(TextEncoder(model, with_projection), {"input_ids": ids})
+    ov_model = trace_to_ov(TextEncoder(model, with_projection), {"input_ids": ids})
     first = (
         ["text_embeds", "last_hidden_state"] if with_projection else ["last_hidden_state", "pooler_output"]
     )
     outputs = first + [f"hidden_states.{i}" for i in range(layers + 1)]
-    return _name_ports(ov_model, ["input_ids"], outputs)
+    return name_ports(ov_model, ["input_ids"], outputs)
 
 
-def convert_unet(unet, example_size: int = 32, sequence_length: int = 77):
-    """A diffusers ``UNet2DConditionModel`` (SD or SDXL) -> ``ov.Model`` with GenAI's port names.
-
-    The trace runs once on a ``example_size``-sized latent; sizes are dynamic in the result.
-    """
+def unet_example(cfg, size: int, sequence_length: int = 77) -> tuple[dict, dict]:
+    """Example UNet inputs for a trace (batch 2, ``size x size`` latents, named as GenAI expects)
+    and the dimensions to keep static in the IR (channels, hidden sizes; the rest stay ``?``)."""
     import torch
 
-    _, UNet, *_ = _wrappers()
-    cfg = unet.config
-    size = min(example_size, cfg.sample_size)
     example = {
         "sample": torch.randn(2, cfg.in_channels, size, size),
         "timestep": torch.tensor([999], dtype=torch.int64),
@@ -287,9 +282,19 @@ def convert_unet(unet, example_size: int = 32, sequence_length: int = 77):
         dims.update({"text_embeds": {1: text_embeds}, "time_ids": {1: 6}})
     elif cfg.addition_embed_type is not None:
         raise CheckpointError(f"UNet addition_embed_type={cfg.addition_embed_type!r} is not supported.")
-    ov_model = _convert(UNet(unet), example)
-    _name_ports(ov_model, list(example), ["out_sample"])
-    return _fix_dims(ov_model, dims)
+    return example, dims
+
+
+def convert_unet(unet, example_size: int = 32, sequence_length: int = 77):
+    """A diffusers ``UNet2DConditionModel`` (SD or SDXL) -> ``ov.Model`` with GenAI's port names.
+
+    The trace runs once on a ``example_size``-sized latent; sizes are dynamic in the result.
+    """
+    _, UNet, *_ = _wrappers()
+    example, dims = unet_example(unet.config, min(example_size, unet.config.sample_size), sequence_length)
+    ov_model = trace_to_ov(UNet(unet), example)
+    name_ports(ov_model, list(example), ["out_sample"])
+    return fix_dims(ov_model, dims)
 
 
 def convert_vae_decoder(vae, example_size: int = 16):
@@ -297,11 +302,11 @@ def convert_vae_decoder(vae, example_size: int = 16):
 
     *_, VAEDecoder, _ = _wrappers()
     channels = vae.config.latent_channels
-    ov_model = _convert(
+    ov_model = trace_to_ov(
         VAEDecoder(vae), {"latent_sample": torch.randn(1, channels, example_size, example_size)}
     )
-    _name_ports(ov_model, ["latent_sample"], ["sample"])
-    return _fix_dims(ov_model, {"latent_sample": {1: channels}})
+    name_ports(ov_model, ["latent_sample"], ["sample"])
+    return fix_dims(ov_model, {"latent_sample": {1: channels}})
 
 
 def convert_vae_encoder(vae, example_size: int = 128):
@@ -309,9 +314,9 @@ def convert_vae_encoder(vae, example_size: int = 128):
 
     *_, VAEEncoder = _wrappers()
     channels = vae.config.in_channels
-    ov_model = _convert(VAEEncoder(vae), {"sample": torch.randn(1, channels, example_size, example_size)})
-    _name_ports(ov_model, ["sample"], ["latent_parameters"])
-    return _fix_dims(ov_model, {"sample": {1: channels}})
+    ov_model = trace_to_ov(VAEEncoder(vae), {"sample": torch.randn(1, channels, example_size, example_size)})
+    name_ports(ov_model, ["sample"], ["latent_parameters"])
+    return fix_dims(ov_model, {"sample": {1: channels}})
 
 
 def convert_tokenizer(src: Path, dst: Path) -> None:
@@ -390,7 +395,7 @@ def reshape_static(target, batch: int = 1, height: int = 512, width: int = 512, 
     core = ov.Core()
     for xml in sorted(folder.glob(f"*/{MODEL_XML}")):
         model = reshape_static(core.read_model(xml), batch, height, width, guidance, **kw)
-        _save_ir(model, xml, compress_to_fp16=False)  # constants already fp16 stay fp16
+        save_ir(model, xml, compress_to_fp16=False)  # constants already fp16 stay fp16
         del model
     _update_manifest(folder, static=asdict(shape))
     return folder
@@ -410,7 +415,7 @@ def is_static(model) -> bool:
 # ----------------------------------------------------------------------------------------------
 
 
-def _save_ir(model, xml: Path, compress_to_fp16: bool) -> None:
+def save_ir(model, xml: Path, compress_to_fp16: bool) -> None:
     """Save to a temporary name first: an interrupted save never leaves a valid-looking IR, and a
     model read from ``xml`` (whose weights are memory-mapped) can be saved back over it."""
     import openvino as ov
@@ -522,7 +527,7 @@ def export_pipeline(
             convert_tokenizer(src / name, out)
             timings[name] = time.perf_counter() - start
             continue
-        model = _load_torch(src, name)
+        model = load_torch_component(src, name)
         if name.startswith("text_encoder"):
             ov_model = convert_text_encoder(model, max_length)
             config = read_config(src, name)
@@ -540,7 +545,7 @@ def export_pipeline(
             reshape_static(ov_model, **asdict(static), vae_scale_factor=scale, max_length=max_length)
         out.mkdir(parents=True, exist_ok=True)
         (out / "config.json").write_text(json.dumps(config, indent=2))
-        _save_ir(ov_model, out / MODEL_XML, compress_to_fp16=weight_dtype == "fp16")
+        save_ir(ov_model, out / MODEL_XML, compress_to_fp16=weight_dtype == "fp16")
         del ov_model
         gc.collect()
         timings[name] = time.perf_counter() - start
@@ -588,7 +593,7 @@ def check_source(manifest: dict, src: Path, dst: Path) -> None:
         )
 
 
-def _load_torch(src: Path, name: str):
+def load_torch_component(src: Path, name: str):
     """The PyTorch module behind an exported component, in float32 and eval mode."""
     import torch
 
