@@ -16,11 +16,11 @@ from sdaccel.checkpoint import CheckpointError  # noqa: E402
 from sdaccel.cpu.export import (  # noqa: E402
     MANIFEST,
     MODEL_XML,
-    PIPELINE_COMPONENTS,
     StaticShape,
     export_pipeline,
     is_static,
     reshape_static,
+    text_to_image_components,
 )
 
 F32 = {"INFERENCE_PRECISION_HINT": "f32"}
@@ -31,12 +31,13 @@ def exports(tmp_path_factory, tiny_sd15, tiny_sdxl):
     """Both tiny checkpoints exported once per session. The folder is shared with
     test_cpu_pipeline.py, whose own call finds the export complete and does nothing."""
     root = tmp_path_factory.getbasetemp() / "ov-exports"
-    text_to_image = [c for c in PIPELINE_COMPONENTS["StableDiffusionXLPipeline"] if c != "vae_encoder"]
     return {  # the VAE encoder is the same for both: exported and tested once, with SD 1.5
         "tiny-sd15": (tiny_sd15, export_pipeline(tiny_sd15, root / "tiny-sd15", progress=False)),
         "tiny-sdxl": (
             tiny_sdxl,
-            export_pipeline(tiny_sdxl, root / "tiny-sdxl", text_to_image, progress=False),
+            export_pipeline(
+                tiny_sdxl, root / "tiny-sdxl", text_to_image_components(tiny_sdxl), progress=False
+            ),
         ),
     }
 

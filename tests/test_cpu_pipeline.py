@@ -13,7 +13,11 @@ ov = pytest.importorskip("openvino")
 torch = pytest.importorskip("torch")
 
 from sdaccel.checkpoint import CheckpointError  # noqa: E402
-from sdaccel.cpu.export import MODEL_XML, PIPELINE_COMPONENTS, export_pipeline, pipeline_class  # noqa: E402
+from sdaccel.cpu.export import (  # noqa: E402
+    MODEL_XML,
+    export_pipeline,
+    text_to_image_components,
+)
 from sdaccel.cpu.pipeline import OVPipeline, run_diffusers  # noqa: E402
 
 PROMPTS = ["a photo of a cat", "a red circle on a blue background"]
@@ -27,13 +31,12 @@ def exports(tmp_path_factory, tiny_sd15, tiny_sdxl):
     a no-op (the folder is complete); run alone, it exports what text-to-image needs."""
     root = tmp_path_factory.getbasetemp() / "ov-exports"
     return {
-        name: (src, export_pipeline(src, root / name, components=_text_to_image(src), progress=False))
+        name: (
+            src,
+            export_pipeline(src, root / name, components=text_to_image_components(src), progress=False),
+        )
         for name, src in (("tiny-sd15", tiny_sd15), ("tiny-sdxl", tiny_sdxl))
     }
-
-
-def _text_to_image(src) -> list[str]:
-    return [c for c in PIPELINE_COMPONENTS[pipeline_class(src)] if c != "vae_encoder"]
 
 
 @pytest.fixture(scope="module")

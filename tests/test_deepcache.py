@@ -20,7 +20,7 @@ from sdaccel.cpu.deepcache import (  # noqa: E402
     export_deepcache,
     quantize_deepcache,
 )
-from sdaccel.cpu.export import PIPELINE_COMPONENTS, export_pipeline, pipeline_class  # noqa: E402
+from sdaccel.cpu.export import export_pipeline, text_to_image_components  # noqa: E402
 from sdaccel.cpu.pipeline import OVPipeline  # noqa: E402
 from sdaccel.cpu.quality import compile_f32  # noqa: E402
 
@@ -33,8 +33,7 @@ SIZE = {"height": 64, "width": 64}
 def _export(root, src):
     """The pipeline (what text-to-image needs) and the DeepCache IRs, in the same session folder as
     test_cpu_pipeline.py's exports (so a run of both exports once)."""
-    components = [c for c in PIPELINE_COMPONENTS[pipeline_class(src)] if c != "vae_encoder"]
-    folder = export_pipeline(src, root / src.name, components=components, progress=False)
+    folder = export_pipeline(src, root / src.name, components=text_to_image_components(src), progress=False)
     return folder, export_deepcache(src, folder)
 
 

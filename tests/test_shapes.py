@@ -98,3 +98,7 @@ def test_blank_image_reads_as_no_shape():
     assert shapes.classify(blank) == shapes.Attributes(None, None, "blue", None)
     result = shapes.adherence([blank], ["a red circle on a blue background, center"])
     assert result["background"] == 1.0 and result["score"] == 0.0
+    # what a notebook prints for a miss: the caption asked for, and what the pixels say
+    assert shapes.read_back([blank], ["a red circle on a blue background, center"]) == (
+        f"  asked: {'a red circle on a blue background, center':55s} read back: a ? ? on a blue background, ?"
+    )

@@ -53,9 +53,10 @@ def paired_latents(folder: str | Path, n: int, size: int, seed: int = 0) -> np.n
     (f: the VAE's downsampling factor, read from its config)."""
     import torch
 
-    unet, vae = read_config(folder, "unet"), read_config(folder, "vae")
-    side = size // 2 ** (len(vae["block_out_channels"]) - 1)
-    shape = (unet["in_channels"], side, side)
+    from sdaccel.cpu.export import vae_scale_factor_of
+
+    side = size // vae_scale_factor_of(folder, "vae")
+    shape = (read_config(folder, "unet")["in_channels"], side, side)
     return np.stack(
         [torch.randn(shape, generator=torch.Generator().manual_seed(seed + i)).numpy() for i in range(n)]
     )
@@ -107,26 +108,48 @@ def run_openvino(pipe, prompts, latents, steps: int, guidance_scale: float, size
     return _uint8(out.arrays)
 
 
+def calibrate_on_training_captions(
+    pipe,
+    out_dir: Path,
+    steps: int,
+    guidance_scale: float,
+    size: int,
+    prompts: int = 16,
+    samples: int = 64,
+    seed: int = 0,
+    progress: bool = False,
+):
+    """INT8 calibration data for a shapes checkpoint: the f32 ``pipe``'s UNet inputs over
+    ``prompts`` *training* captions (never the held-out ones that are evaluated), a reservoir of
+    ``samples`` spread over the prompts and steps, streamed to ``out_dir``
+    (:func:`sdaccel.cpu.quantize.collect_unet_inputs`)."""
+    from sdaccel.cpu.quantize import collect_unet_inputs
+
+    return collect_unet_inputs(
+        pipe,
+        shapes.prompts(prompts, seed=seed + 1, split="train"),
+        steps=steps,
+        num_samples=samples,
+        guidance_scale=guidance_scale,
+        height=size,
+        width=size,
+        seed=seed,
+        out_dir=out_dir,
+        progress=progress,
+    )
+
+
 def quantize_unet(
     pipe, unet_xml: Path, work: Path, variants, steps: int, guidance_scale: float, size: int, seed: int = 0
 ) -> dict[str, Path]:
-    """Each INT8 variant of ``unet_xml``; the calibration inputs come from the f32 ``pipe`` run
-    over 16 *training* captions (a 64-sample reservoir over their prompts and steps)."""
+    """Each INT8 variant of ``unet_xml``, calibrated by :func:`calibrate_on_training_captions`
+    (16 training captions, 64 samples)."""
     from sdaccel.cpu import quantize
 
     calibration = None
     if any(v != "int8_weights" for v in variants):
-        calibration = quantize.collect_unet_inputs(
-            pipe,
-            shapes.prompts(16, seed=seed + 1, split="train"),
-            steps=steps,
-            num_samples=64,
-            guidance_scale=guidance_scale,
-            height=size,
-            width=size,
-            seed=seed,
-            out_dir=work / "calibration",
-            progress=False,
+        calibration = calibrate_on_training_captions(
+            pipe, work / "calibration", steps, guidance_scale, size, seed=seed
         )
     out = {}
     for variant in variants:
@@ -160,7 +183,12 @@ def evaluate(
     """
     from sdaccel.checkpoint import resolve_checkpoint
     from sdaccel.cpu import quality
-    from sdaccel.cpu.export import PIPELINE_COMPONENTS, export_pipeline, pipeline_class
+    from sdaccel.cpu.export import (
+        export_pipeline,
+        pipeline_class,
+        text_to_image_components,
+        vae_scale_factor_of,
+    )
     from sdaccel.cpu.pipeline import OVPipeline
 
     if "torch_fp32" not in pipelines:
@@ -168,9 +196,7 @@ def evaluate(
     if variants and "ov_f32" not in pipelines:
         raise ValueError("The INT8 variants replace the UNet of 'ov_f32': include it in pipelines.")
     folder = resolve_checkpoint(checkpoint)
-    size = size or read_config(folder, "unet")["sample_size"] * 2 ** (
-        len(read_config(folder, "vae")["block_out_channels"]) - 1
-    )
+    size = size or read_config(folder, "unet")["sample_size"] * vae_scale_factor_of(folder, "vae")
     prompts = shapes.heldout_prompts(num_prompts, seed=seed)
     latents = paired_latents(folder, num_prompts, size, seed)
     work = Path(work_dir)
@@ -189,8 +215,7 @@ def evaluate(
         precision["jax_fp32"] = "f32"
     export_dir = work / "openvino"
     if {"ov_f32", "ov_default"} & set(pipelines):
-        needed = [c for c in PIPELINE_COMPONENTS[pipeline_class(folder)] if c != "vae_encoder"]
-        export_pipeline(folder, export_dir, components=needed, weight_dtype="fp32")
+        export_pipeline(folder, export_dir, components=text_to_image_components(folder), weight_dtype="fp32")
     if "ov_default" in pipelines:
         pipe = OVPipeline.from_pretrained(export_dir, precision=None)
         timed("ov_default", run_openvino, pipe)

@@ -352,3 +352,12 @@ def adherence(images: Sequence, prompts: Sequence[str]) -> dict[str, float]:
     result["all"] = float(np.logical_and.reduce(list(table.values())).mean())
     result["n"] = len(prompts)
     return result
+
+
+def read_back(images: Sequence, prompts: Sequence[str]) -> str:
+    """One line per image: the prompt it was asked for, and the caption :func:`classify` reads
+    from its pixels (what a miss got wrong, at a glance)."""
+    return "\n".join(
+        f"  asked: {prompt:55s} read back: {classify(image)}"
+        for image, prompt in zip(images, prompts, strict=True)
+    )

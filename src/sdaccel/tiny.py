@@ -243,12 +243,28 @@ def ensure_tiny(root: str | Path, name: str = "tiny-sdxl", force: bool = False) 
     folder = Path(root) / name
     if (folder / "model_index.json").is_file() and not force:
         return folder
+    tmp = staging_folder(folder)
+    BUILDERS[name](tmp)
+    publish(tmp, folder)
+    return folder
+
+
+def staging_folder(folder: Path) -> Path:
+    """The empty ``<folder>.partial`` to build a checkpoint in, before :func:`publish`."""
     tmp = folder.with_name(folder.name + ".partial")
     shutil.rmtree(tmp, ignore_errors=True)
-    BUILDERS[name](tmp)
+    return tmp
+
+
+def publish(tmp: Path, folder: Path) -> None:
+    """Replace ``folder`` by the finished ``tmp`` in one rename: a half-built folder never looks complete."""
     shutil.rmtree(folder, ignore_errors=True)
-    tmp.rename(folder)  # a half-built folder never looks complete
-    return folder
+    tmp.rename(folder)
+
+
+def folder_bytes(folder: Path) -> int:
+    """Size on disk of every file under ``folder``."""
+    return sum(p.stat().st_size for p in Path(folder).rglob("*") if p.is_file())
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -261,8 +277,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     for name in args.only or BUILDERS:
         path = ensure_tiny(args.root, name, force=args.force)
-        size = sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
-        print(f"{path}  ({size / 1e6:.1f} MB)")
+        print(f"{path}  ({folder_bytes(path) / 1e6:.1f} MB)")
 
 
 if __name__ == "__main__":

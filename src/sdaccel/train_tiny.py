@@ -54,7 +54,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -68,6 +67,9 @@ from sdaccel.tiny import (
     _bytes_to_unicode,
     _text_encoder,
     _write_model_index,
+    folder_bytes,
+    publish,
+    staging_folder,
 )
 
 #: Words that become single tokens: every word of the shapes captions, plus a few common ones.
@@ -592,8 +594,7 @@ def train(out_dir: str | Path, config: TrainConfig | None = None, evaluate_model
     torch.set_num_threads(config.threads)
     torch.manual_seed(config.seed)
     out_dir = Path(out_dir)
-    tmp = out_dir.with_name(out_dir.name + ".partial")
-    shutil.rmtree(tmp, ignore_errors=True)
+    tmp = staging_folder(out_dir)
     log: dict = {"config": dataclasses.asdict(config), "wall_s": {}}
     start = last = time.perf_counter()
 
@@ -642,10 +643,9 @@ def train(out_dir: str | Path, config: TrainConfig | None = None, evaluate_model
         samples = evaluate(tmp, config, log)
         lap("evaluation")
         _plot(tmp, log, samples[:16], shapes.heldout_prompts(config.eval_prompts, seed=0)[:16])
-    log["size_bytes"] = sum(p.stat().st_size for p in tmp.rglob("*") if p.is_file())
+    log["size_bytes"] = folder_bytes(tmp)
     (tmp / "training_log.json").write_text(json.dumps(log, indent=1))
-    shutil.rmtree(out_dir, ignore_errors=True)
-    tmp.rename(out_dir)  # a half-written folder never looks complete
+    publish(tmp, out_dir)
     return log
 
 

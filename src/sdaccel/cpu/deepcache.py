@@ -453,29 +453,30 @@ def measure(
     from tqdm.auto import tqdm
 
     from sdaccel import shapes
-    from sdaccel.cpu.export import PIPELINE_COMPONENTS, export_pipeline, pipeline_class
+    from sdaccel.cpu.export import export_pipeline, text_to_image_components
     from sdaccel.cpu.pipeline import OVPipeline
     from sdaccel.cpu.quality import compare_images, comparison_grid
-    from sdaccel.cpu.quantize import collect_unet_inputs, quantize_ir
+    from sdaccel.cpu.quantize import quantize_ir
+    from sdaccel.evaluate_shapes import calibrate_on_training_captions
 
     src = resolve_checkpoint(checkpoint)
     work = Path(workdir) if workdir else Path("build/deepcache") / src.name
-    components = [c for c in PIPELINE_COMPONENTS[pipeline_class(src)] if c != "vae_encoder"]
-    export = export_pipeline(src, work / "export", components=components, progress=progress)
+    export = export_pipeline(
+        src, work / "export", components=text_to_image_components(src), progress=progress
+    )
     deep = export_deepcache(src, export)
     call = {"steps": steps, "guidance_scale": guidance_scale, "height": size, "width": size}
 
     f32 = OVPipeline.from_pretrained(export, precision="f32")
     tick = time.perf_counter()
-    calibration = collect_unet_inputs(
+    calibration = calibrate_on_training_captions(
         f32,
-        shapes.prompts(calibration_prompts, seed=1, split="train"),
+        work / "calibration",
         steps,
-        calibration_samples,
-        guidance_scale=guidance_scale,
-        height=size,
-        width=size,
-        out_dir=work / "calibration",
+        guidance_scale,
+        size,
+        prompts=calibration_prompts,
+        samples=calibration_samples,
         progress=progress,
     )
     plain_int8 = work / "unet_full_int8" / MODEL_XML

@@ -84,6 +84,12 @@ PIPELINE_COMPONENTS = {
 }
 
 
+def text_to_image_components(src: Path) -> list[str]:
+    """The components a text-to-image export of the checkpoint ``src`` needs: every one of
+    :data:`PIPELINE_COMPONENTS` but the VAE encoder (only image-to-image uses it)."""
+    return [c for c in PIPELINE_COMPONENTS[pipeline_class(src)] if c != "vae_encoder"]
+
+
 @dataclass(frozen=True)
 class StaticShape:
     """The one shape a static model accepts.
@@ -401,9 +407,10 @@ def reshape_static(target, batch: int = 1, height: int = 512, width: int = 512, 
     return folder
 
 
-def vae_scale_factor_of(folder: Path) -> int:
-    """2 ** (number of VAE levels - 1): 8 for every Stable Diffusion VAE."""
-    return 2 ** (len(read_config(folder, "vae_decoder")["block_out_channels"]) - 1)
+def vae_scale_factor_of(folder: Path, component: str = "vae_decoder") -> int:
+    """2 ** (number of VAE levels - 1): 8 for every Stable Diffusion VAE (4 for the three-level
+    VAE of the shapes checkpoints). ``component`` is ``"vae"`` in a diffusers checkpoint folder."""
+    return 2 ** (len(read_config(folder, component)["block_out_channels"]) - 1)
 
 
 def is_static(model) -> bool:
@@ -541,7 +548,7 @@ def export_pipeline(
         del model
         gc.collect()
         if static:
-            scale = 2 ** (len(vae_config["block_out_channels"]) - 1)
+            scale = vae_scale_factor_of(src, "vae")
             reshape_static(ov_model, **asdict(static), vae_scale_factor=scale, max_length=max_length)
         out.mkdir(parents=True, exist_ok=True)
         (out / "config.json").write_text(json.dumps(config, indent=2))
