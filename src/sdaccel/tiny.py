@@ -122,6 +122,15 @@ def _vae(scaling_factor: float, force_upcast: bool, seed: int):
     ).eval()
 
 
+#: The noise schedule that SD 1.x and SDXL were trained with (their schedulers' published
+#: configs): every scheduler written here, whatever its sampling rule, shares it.
+SD_NOISE_SCHEDULE = {
+    "beta_start": 0.00085,
+    "beta_end": 0.012,
+    "beta_schedule": "scaled_linear",
+    "steps_offset": 1,
+}
+
 #: The components of an SDXL checkpoint, as its ``model_index.json`` lists them.
 SDXL_COMPONENTS = {
     "scheduler": ("diffusers", "EulerDiscreteScheduler"),
@@ -183,10 +192,7 @@ def build_tiny_sdxl(folder: str | Path, seed: int = 0) -> Path:
     _vae(0.13025, True, seed + 3).save_pretrained(folder / "vae")
     # the real SDXL scheduler config, as published
     EulerDiscreteScheduler(
-        beta_start=0.00085,
-        beta_end=0.012,
-        beta_schedule="scaled_linear",
-        steps_offset=1,
+        **SD_NOISE_SCHEDULE,
         timestep_spacing="leading",
         prediction_type="epsilon",
     ).save_pretrained(folder / "scheduler")
@@ -222,10 +228,7 @@ def build_tiny_sd15(folder: str | Path, seed: int = 0) -> Path:
     ).eval().save_pretrained(folder / "unet")
     _vae(0.18215, False, seed + 3).save_pretrained(folder / "vae")
     PNDMScheduler(
-        beta_start=0.00085,
-        beta_end=0.012,
-        beta_schedule="scaled_linear",
-        steps_offset=1,
+        **SD_NOISE_SCHEDULE,
         skip_prk_steps=True,
         set_alpha_to_one=False,
     ).save_pretrained(folder / "scheduler")

@@ -63,6 +63,7 @@ import numpy as np
 from sdaccel import shapes
 from sdaccel.tiny import (
     SD15_COMPONENTS,
+    SD_NOISE_SCHEDULE,
     SDXL_COMPONENTS,
     _bytes_to_unicode,
     _text_encoder,
@@ -436,18 +437,12 @@ def build_scheduler(layout: str = "sdxl"):
 
     if layout == "sd15":
         return DDIMScheduler(
-            beta_start=0.00085,
-            beta_end=0.012,
-            beta_schedule="scaled_linear",
-            steps_offset=1,
+            **SD_NOISE_SCHEDULE,
             clip_sample=False,
             set_alpha_to_one=False,
         )
     return EulerDiscreteScheduler(
-        beta_start=0.00085,
-        beta_end=0.012,
-        beta_schedule="scaled_linear",
-        steps_offset=1,
+        **SD_NOISE_SCHEDULE,
         timestep_spacing="leading",
         prediction_type="epsilon",
     )
