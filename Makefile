@@ -1,13 +1,19 @@
 # The two commands of the README:
 #   make run    create .venv, install everything, build the tiny checkpoints, and execute every
 #               notebook in the smoke profile (executed copies in build/smoke/)
-#   make test   the whole test suite (it sets up .venv first when needed)
+#   make test   the whole test suite on TEST_WORKERS parallel workers (it sets up .venv first when needed)
+#   make lab    JupyterLab on notebooks/ in the smoke profile (8 simulated devices, the tiny checkpoints);
+#               LAB_PROFILE=full for the real models
 PYTHON ?= python3.11
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
+# pytest-xdist workers for make test (each worker loads its own JAX, PyTorch and OpenVINO)
+TEST_WORKERS ?= 2
 
-.PHONY: setup run run-full test lint clean
+LAB_PROFILE ?= smoke
+
+.PHONY: setup run run-full lab test lint clean
 
 setup: $(STAMP)
 
@@ -26,12 +32,30 @@ run: setup
 run-full: setup
 	$(PY) -m sdaccel.run_notebooks --profile full
 
+# the kernel environment and each notebook's overrides come from src/sdaccel/profiles.py
+lab: setup
+	$(PY) -m sdaccel.profiles lab --profile $(LAB_PROFILE)
+
 test: setup
-	$(PY) -m pytest
+	$(PY) -m pytest -n $(TEST_WORKERS)
 
 lint: setup
 	$(VENV)/bin/ruff check src tests benchmarks notebooks
 	$(VENV)/bin/ruff format --check src tests benchmarks notebooks
+	$(VENV)/bin/lint-imports --no-cache --no-logo
+
+# The workshop kit: the documentation site from executed notebooks, and the attendees' notebooks.
+DOCS_FROM ?= build/smoke
+.PHONY: docs attendee doctor
+
+docs: setup
+	$(PY) -m sdaccel.site --from $(DOCS_FROM) --out build/docs
+
+attendee: setup
+	$(PY) -m sdaccel.exercises strip notebooks build/attendee
+
+doctor: setup
+	$(PY) -m sdaccel.doctor --profile smoke --json build/doctor.json
 
 clean:
 	rm -rf build .pytest_cache

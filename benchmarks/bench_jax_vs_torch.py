@@ -281,7 +281,7 @@ def torch_pipeline(checkpoint: str, size: int, steps: int, batch: int, repeats: 
 
 def run_child(name: str, fn, *args, limit_gb: float | None = None, timeout_s: float | None = None) -> dict:
     """Run ``fn(*args)`` in a fresh process; return its result with peak RSS, or the error."""
-    from sdaccel.cpu.quantize import run_with_memory_limit
+    from sdaccel.processes import run_with_memory_limit
 
     print(f"[{name}] running ...", flush=True)
     run = run_with_memory_limit(fn, *args, limit_gb=limit_gb, timeout_s=timeout_s)

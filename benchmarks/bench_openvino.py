@@ -313,7 +313,7 @@ def _free_gb() -> float:
 def _run(label: str, fn, *args, limit_gb: float | None, min_free_gb: float, wait_s: float = 900, **kwargs):
     """One child-process job. It waits up to ``wait_s`` for ``min_free_gb`` of available memory
     (the machine may be shared), and is skipped if that never comes."""
-    from sdaccel.cpu.quantize import ChildRun, run_with_memory_limit
+    from sdaccel.processes import ChildRun, run_with_memory_limit
 
     deadline = time.monotonic() + wait_s
     while (free := _free_gb()) < min_free_gb and time.monotonic() < deadline:

@@ -1,9 +1,31 @@
-"""Shared fixtures: the tiny checkpoints, built once into build/checkpoints (as `make run` does)."""
+"""Shared fixtures: the tiny checkpoints, built once into build/checkpoints (as `make run` does),
+the notebooks executed once per session, and how tests are grouped for pytest-xdist.
 
+``make test`` runs the suite on several workers (``-n``, with ``--dist loadgroup`` from
+pyproject.toml). Each group of tests runs on one worker, in file order, so its module- and
+session-scoped fixtures (exported models, compiled pipelines, executed notebooks) are built once:
+
+- every test module is a group of its own;
+- modules that share state are one group, in :data:`GROUPS` (``"notebooks"``: the notebook
+  executions and every test that reads their executed copies in build/test).
+
+The grouping is done here, by module, in our own scheduler (:func:`pytest_xdist_make_scheduler`):
+pytest-xdist 3.8 reads ``@pytest.mark.xdist_group`` by rewriting node ids, which pytest 9.2 no
+longer lets it do, so the mark alone silently groups nothing (pytest-dev/pytest-xdist#1386).
+Tests still carry the mark, and collection fails when a mark and :data:`GROUPS` disagree.
+"""
+
+import fcntl
+import os
+from contextlib import contextmanager
 from pathlib import Path
 
-import jax
-import pytest
+# The CPU is the backend of every test, also where libtpu is installed (requirements-cpu.txt pins
+# it to compile for TPU topologies): without this, JAX would try to open a TPU and log errors.
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
+import jax  # noqa: E402
+import pytest  # noqa: E402
 
 # Eight simulated CPU devices for every test, as in the notebooks' smoke profile. This must run
 # before anything starts JAX's backends; single-device code simply runs on device 0.
@@ -11,17 +33,101 @@ jax.config.update("jax_num_cpu_devices", 8)
 
 REPO = Path(__file__).resolve().parents[1]
 CHECKPOINTS = REPO / "build" / "checkpoints"
+#: Where the notebook tests execute the notebooks (``build/test/smoke/<name>.ipynb``).
+NOTEBOOK_BUILD = REPO / "build" / "test"
+
+#: Test modules that share state, and the xdist group they run in together (one worker, in order).
+GROUPS = {
+    "tests/test_notebooks.py": "notebooks",
+    "tests/test_site.py": "notebooks",  # builds the site from the notebooks' executed copies
+    "tests/test_cpu_export.py": "ov-exports",  # the two share one session folder of exports
+    "tests/test_cpu_pipeline.py": "ov-exports",
+}
+
+
+def group_of(nodeid: str) -> str:
+    module = nodeid.split("::", 1)[0]
+    return GROUPS.get(module, module)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """``--dist loadgroup``: whole groups to one worker each, the largest first."""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ModuleGroups(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return group_of(nodeid)
+
+    return ModuleGroups(config, log)
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        for mark in item.iter_markers("xdist_group"):
+            name = mark.args[0] if mark.args else mark.kwargs.get("name")
+            if name != group_of(item.nodeid):
+                module = item.nodeid.split("::", 1)[0]
+                raise pytest.UsageError(
+                    f"{item.nodeid} is marked xdist_group({name!r}) but its module runs in group "
+                    f"{group_of(item.nodeid)!r}: add {module!r}: {name!r} to GROUPS in tests/conftest.py."
+                )
+
+
+@contextmanager
+def _checkpoints_lock():
+    """One builder of build/checkpoints at a time across xdist workers (``ensure_tiny`` publishes
+    by rename, but two workers building the same checkpoint would share its staging folder)."""
+    CHECKPOINTS.parent.mkdir(parents=True, exist_ok=True)
+    with open(CHECKPOINTS.parent / ".checkpoints.lock", "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def ensure_checkpoint(name: str) -> Path:
+    from sdaccel.tiny import ensure_tiny
+
+    with _checkpoints_lock():
+        return ensure_tiny(CHECKPOINTS, name)
 
 
 @pytest.fixture(scope="session")
 def tiny_sdxl() -> Path:
-    from sdaccel.tiny import ensure_tiny
-
-    return ensure_tiny(CHECKPOINTS, "tiny-sdxl")
+    return ensure_checkpoint("tiny-sdxl")
 
 
 @pytest.fixture(scope="session")
 def tiny_sd15() -> Path:
-    from sdaccel.tiny import ensure_tiny
+    return ensure_checkpoint("tiny-sd15")
 
-    return ensure_tiny(CHECKPOINTS, "tiny-sd15")
+
+@pytest.fixture(scope="session")
+def smoke_notebook():
+    """``smoke_notebook(path)`` executes that notebook in the smoke profile into ``NOTEBOOK_BUILD``
+    once per session and returns its ``run_notebooks.Run``; later calls return the same run, and
+    after a failed execution every caller fails with the same error. Each execution starts with an
+    empty output folder (``run_notebooks.fresh_output_dir``), so what a test reads is this
+    session's. Tests using it belong in ``@pytest.mark.xdist_group("notebooks")``."""
+    from sdaccel.run_notebooks import NotebookFailed, execute, needed_tiny_checkpoints
+
+    runs: dict[str, object] = {}
+
+    def run(notebook: Path):
+        if notebook.stem not in runs:
+            for name in sorted(needed_tiny_checkpoints([notebook])):
+                ensure_checkpoint(name)
+            try:
+                runs[notebook.stem] = execute(notebook, "smoke", NOTEBOOK_BUILD, CHECKPOINTS, timeout=900)
+            except NotebookFailed as err:
+                runs[notebook.stem] = err
+        got = runs[notebook.stem]
+        if isinstance(got, NotebookFailed):
+            raise got
+        return got
+
+    return run

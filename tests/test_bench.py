@@ -1,4 +1,5 @@
-"""The benchmark helpers on small jitted functions (no assertion on how long anything takes)."""
+"""The benchmark helpers (sdaccel.bench) and the tuning tools above them (sdaccel.tuning), on small
+jitted functions and the tiny SDXL checkpoint (no assertion on how long anything takes)."""
 
 from __future__ import annotations
 
@@ -17,8 +18,9 @@ import pytest
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from sdaccel import bench
+from sdaccel import bench, tuning
 from sdaccel import sharding as sh
+from sdaccel.sharded import ShardedPipeline
 
 
 @pytest.mark.parametrize(
@@ -89,8 +91,8 @@ def test_utilisation_and_cost():
 
 
 def test_persistent_cache_is_hit_by_a_second_process(tmp_path):
-    first = bench.cache_probe(tmp_path / "cache")
-    second = bench.cache_probe(tmp_path / "cache")
+    first = tuning.cache_probe(tmp_path / "cache")
+    second = tuning.cache_probe(tmp_path / "cache")
     assert first["cache_misses"] >= 1 and first["cache_hits"] == 0
     assert second["cache_hits"] >= 1 and second["cache_misses"] == 0
     assert any((tmp_path / "cache").iterdir())
@@ -104,7 +106,7 @@ def test_sweep_skips_indivisible_batches():
         return lambda: f(x)
 
     counts = [1, 2] if jax.device_count() >= 2 else [1]
-    rows = bench.sweep(make_call, batch_sizes=[2, 3], device_counts=counts, repeats=1, progress=False)
+    rows = tuning.sweep(make_call, batch_sizes=[2, 3], device_counts=counts, repeats=1, progress=False)
     done = [r for r in rows if "skipped" not in r]
     assert {(r["devices"], r["batch"]) for r in done} == {(1, 2), (1, 3)} | (
         {(2, 2)} if 2 in counts else set()
@@ -122,39 +124,63 @@ def test_sweep_notes_out_of_memory_and_reraises_other_errors():
             )
         return lambda: jnp.ones(batch)
 
-    rows = bench.sweep(make_call, batch_sizes=[2, 4], device_counts=[1], repeats=1, progress=False)
+    rows = tuning.sweep(make_call, batch_sizes=[2, 4], device_counts=[1], repeats=1, progress=False)
     assert "run_s" in rows[0] and rows[1]["skipped"].startswith("out of memory")
 
     def broken(mesh, batch):
         raise jax.errors.JaxRuntimeError("INTERNAL: something else")
 
     with pytest.raises(jax.errors.JaxRuntimeError, match="INTERNAL"):
-        bench.sweep(broken, batch_sizes=[1], device_counts=[1], repeats=1, progress=False)
+        tuning.sweep(broken, batch_sizes=[1], device_counts=[1], repeats=1, progress=False)
 
 
-def test_buckets_precompile_and_refuse_unknown_shapes():
-    def compile_for(key):
-        height, width = key
-        return bench.aot_compile(
-            lambda x: x.mean(axis=(1, 2)), jax.ShapeDtypeStruct((1, height, width, 3), jnp.float32)
-        )
+def test_aot_cache_compiles_once_per_signature():
+    cache = bench.AOTCache(lambda x: x * 2)
+    assert len(cache) == 0 and cache.compile_s == 0
+    np.testing.assert_array_equal(np.asarray(cache(jnp.ones(3))), 2.0)
+    spent = cache.compile_s
+    assert len(cache) == 1 and spent > 0
+    cache(jnp.zeros(3))  # same signature: no compile
+    assert len(cache) == 1 and cache.compile_s == spent
+    cache(jnp.ones(4))  # a new shape
+    cache(jnp.ones(3, jnp.int32))  # a new dtype
+    assert len(cache) == 3
+    x = jnp.ones(4)
+    compiled = cache.compile(jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding))  # the same entry
+    assert len(cache) == 3 and compiled.flops == 4
+    cache.clear()
+    assert len(cache) == 0
 
-    buckets = bench.Buckets(compile_for)
-    seconds = buckets.warm([(16, 16), (18, 14)])
-    assert set(seconds) == {(16, 16), (18, 14)} and (18, 14) in buckets
-    assert buckets[(18, 14)](jnp.ones((1, 18, 14, 3))).shape == (1, 3)
-    with pytest.raises(KeyError, match="nearest_bucket"):
-        buckets[(20, 20)]
-    assert bench.nearest_bucket(1000, 800) == (1152, 896)
-    assert bench.nearest_bucket(512, 512) == (1024, 1024)
-    assert bench.nearest_bucket(700, 1300) == (768, 1344)
+
+def test_nearest_bucket():
+    assert tuning.nearest_bucket(1000, 800) == (1152, 896)
+    assert tuning.nearest_bucket(512, 512) == (1024, 1024)
+    assert tuning.nearest_bucket(700, 1300) == (768, 1344)
 
 
-def test_attention_timing_and_the_splash_wrapper():
+@pytest.mark.skipif(jax.device_count() < 4, reason="needs 4 devices")
+def test_buckets_warm_the_pipelines_own_cache(tiny_sdxl):
+    pipe = ShardedPipeline.from_pretrained(tiny_sdxl, sh.make_mesh(4), dtype=jnp.float32, progress=False)
+    buckets = tuning.Buckets(pipe, batch=4, steps=2, guidance_scale=5.0)
+    with pytest.raises(ValueError, match="warm"):
+        buckets.nearest(64, 64)
+    seconds = buckets.warm([(64, 64), (48, 80)])
+    assert set(seconds) == {(64, 64), (48, 80)} and all(s > 0 for s in seconds.values())
+    assert len(pipe.cache) == 2 and (48, 80) in buckets and (80, 48) not in buckets
+    assert buckets.nearest(50, 90) == (48, 80)
+    result = pipe.generate(["a red circle"] * 4, None, 2, 5.0, 48, 80, 0)  # a warmed shape
+    assert result.timings["compile_s"] == 0 and len(pipe.cache) == 2
+    assert result.array.shape == (4, 48, 80, 3)
+
+
+def test_attention_timing_runs_the_models_kernels():
+    assert bench.attention_implementations("cpu") == ["xla"]
+    assert bench.attention_implementations("tpu") == ["xla", "splash"]
+    assert bench.attention_implementations("gpu") == ["xla", "cudnn"]
     timings = bench.time_attention(1, 32, 16, 2, 8, dtype=jnp.float32, repeats=1)
-    assert set(timings) == {"None", "xla"}  # no splash kernel off TPU
-    assert timings["xla"]["max_abs_diff"] < 1e-5
-    # the TPU kernel, run through the Pallas interpreter: our scaling and layout around it are right
-    q, k, v = (jax.random.normal(jax.random.key(i), (1, 128, 2, 16), jnp.float32) for i in range(3))
-    out = bench.splash_attention(128, 128, 2, interpret=True)(q, k, v)
-    np.testing.assert_allclose(np.asarray(out), np.asarray(jax.nn.dot_product_attention(q, k, v)), atol=1e-5)
+    assert set(timings) == {"xla"} and timings["xla"]["max_abs_diff"] == 0  # no splash kernel off TPU
+    # the TPU kernel, run through the Pallas interpreter, against XLA on the same problem
+    both = bench.time_attention(
+        1, 128, 128, 2, 16, dtype=jnp.float32, repeats=1, implementations=["xla", "splash"], interpret=True
+    )
+    assert list(both) == ["xla", "splash"] and both["splash"]["max_abs_diff"] < 1e-5

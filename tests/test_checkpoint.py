@@ -12,6 +12,7 @@ from sdaccel.checkpoint import (
     WeightFile,
     WeightReader,
     allow_patterns,
+    check_weight_files,
     load_weights,
     open_weights,
     read_config,
@@ -183,3 +184,128 @@ def test_tiny_checkpoint_resolves_and_prefers_variant(tiny_sdxl):
     reader = open_weights(folder, "unet", variant="fp16")  # no fp16 files: the default ones are used
     assert reader.files[0].path.name == "diffusion_pytorch_model.safetensors"
     assert read_config(folder, "scheduler")["_class_name"] == "EulerDiscreteScheduler"
+
+
+# ----------------------------------------------------------------------------------------------
+# Corrupt weight files: named, with the fix, before anything reads a tensor
+# ----------------------------------------------------------------------------------------------
+
+
+def _good_file_bytes(tmp_path) -> bytes:
+    from safetensors.numpy import save_file
+
+    save_file(
+        {"a": np.arange(12, dtype=np.float32).reshape(3, 4), "b": np.ones(5, np.float16)},
+        str(tmp_path / "good.safetensors"),
+    )
+    return (tmp_path / "good.safetensors").read_bytes()
+
+
+def _with_header(data: bytes, edit) -> bytes:
+    """``data`` with its JSON header changed by ``edit(header)`` (the tensor bytes are kept)."""
+    (n,) = struct.unpack("<Q", data[:8])
+    header = json.loads(data[8 : 8 + n])
+    edit(header)
+    text = json.dumps(header).encode()
+    return struct.pack("<Q", len(text)) + text + data[8 + n :]
+
+
+def _set(entry: str, field: str, value):
+    return lambda header: header[entry].__setitem__(field, value)
+
+
+#: (case, how to spoil a good file, what the message says about it)
+CORRUPT = [
+    ("truncated", lambda d: d[:-10], "not fully covered"),
+    ("truncated_in_header", lambda d: d[:20], "header length"),
+    ("empty", lambda d: b"", "is empty"),
+    ("random_bytes", lambda d: np.random.default_rng(0).bytes(1000), "header too large"),
+    ("header_length_beyond_file", lambda d: struct.pack("<Q", len(d) + 100) + d[8:], "header length"),
+    ("offsets_beyond_file", lambda d: _with_header(d, _set("a", "data_offsets", [0, 4000])), "offset"),
+    ("offsets_overlap", lambda d: _with_header(d, _set("b", "data_offsets", [0, 10])), "offset"),
+    ("shape_disagrees_with_bytes", lambda d: _with_header(d, _set("a", "shape", [3, 5])), "shape"),
+    ("unknown_dtype", lambda d: _with_header(d, _set("a", "dtype", "F99")), "unknown variant"),
+    ("header_not_json", lambda d: struct.pack("<Q", 5) + b"{abc}" + d[13:], "invalid JSON"),
+]
+
+
+@pytest.mark.parametrize(("case", "spoil", "reason"), CORRUPT, ids=[c[0] for c in CORRUPT])
+def test_corrupt_weight_file_is_named_with_the_fix(tmp_path, case, spoil, reason):
+    bad = tmp_path / "unet" / "diffusion_pytorch_model.safetensors"
+    bad.parent.mkdir()
+    bad.write_bytes(spoil(_good_file_bytes(tmp_path)))
+    before = bad.read_bytes()
+    with pytest.raises(CheckpointError) as caught:
+        WeightFile(bad)
+    message = str(caught.value)
+    assert str(bad) in message, message
+    assert reason in message, message
+    assert "--force-download" in message and "sdaccel.tiny" in message, message
+    assert bad.read_bytes() == before, "checking a file must not change it"
+    with pytest.raises(CheckpointError, match="truncated or corrupt|is empty"):
+        open_weights(tmp_path, "unet")  # the path every loader takes
+
+
+def test_good_file_passes_the_check(tmp_path):
+    data = _good_file_bytes(tmp_path)
+    wf = WeightFile(tmp_path / "good.safetensors")
+    assert wf.keys() == ["a", "b"] and len(data) == (tmp_path / "good.safetensors").stat().st_size
+    np.testing.assert_array_equal(wf.get("a"), np.arange(12, dtype=np.float32).reshape(3, 4))
+
+
+def test_dtype_the_reader_cannot_map_is_named(tmp_path):
+    data = _good_file_bytes(tmp_path)
+    # a valid safetensors dtype (one byte per element, like U8) that has no NumPy counterpart here
+    edited = _with_header(
+        data, lambda h: h.update(c={"dtype": "F8_E4M3", "shape": [2], "data_offsets": [58, 60]})
+    )
+    path = tmp_path / "f8.safetensors"
+    path.write_bytes(edited + b"\x00\x00")
+    with pytest.raises(CheckpointError, match=r"f8\.safetensors.*F8_E4M3.*float16 or bfloat16"):
+        WeightFile(path)
+
+
+def test_truncated_hub_download_names_the_repo(tmp_path):
+    snapshot = tmp_path / "hub" / "models--stabilityai--stable-diffusion-xl-base-1.0" / "snapshots" / "abc"
+    bad = snapshot / "unet" / "diffusion_pytorch_model.safetensors"
+    bad.parent.mkdir(parents=True)
+    bad.write_bytes(_good_file_bytes(tmp_path)[:-1])
+    with pytest.raises(
+        CheckpointError, match=r"hf download stabilityai/stable-diffusion-xl-base-1\.0 --force-download"
+    ):
+        open_weights(snapshot, "unet")
+
+
+def test_missing_shard_is_named(tmp_path):
+    unet = tmp_path / "unet"
+    unet.mkdir()
+    index = {"weight_map": {"a": "diffusion_pytorch_model-00001-of-00002.safetensors"}}
+    (unet / "diffusion_pytorch_model.safetensors.index.json").write_text(json.dumps(index))
+    with pytest.raises(CheckpointError, match=r"Missing weight file .*00001-of-00002\.safetensors"):
+        open_weights(tmp_path, "unet")
+
+
+def test_truncated_tiny_checkpoint_fails_before_loading(tiny_sd15, tmp_path):
+    import shutil
+
+    broken = tmp_path / "broken"
+    shutil.copytree(tiny_sd15, broken)
+    weights = broken / "vae" / "diffusion_pytorch_model.safetensors"
+    weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
+    with pytest.raises(CheckpointError, match=r"vae/diffusion_pytorch_model\.safetensors .*truncated"):
+        open_weights(broken, "vae")
+    assert open_weights(broken, "unet").keys(), "the intact components still open"
+
+
+def test_check_weight_files_names_the_broken_component(tiny_sd15, tmp_path):
+    import shutil
+
+    copy = tmp_path / "copy"
+    shutil.copytree(tiny_sd15, copy)
+    files = check_weight_files(copy)
+    assert {f.parent.name for f in files} == {"unet", "vae", "text_encoder"}
+    assert [f.parent.name for f in check_weight_files(copy, ["unet"])] == ["unet"]
+    (copy / "text_encoder" / "model.safetensors").write_bytes(b"")
+    with pytest.raises(CheckpointError, match=r"text_encoder/model\.safetensors is empty"):
+        check_weight_files(copy)
+    assert check_weight_files(copy, ["unet", "vae"]), "the other components are still whole"

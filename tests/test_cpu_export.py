@@ -207,7 +207,7 @@ def test_vae_parity(exports):
 # ----------------------------------------------------------------------------------------------
 
 
-def test_reexport_is_a_noop_unless_forced(exports, capsys):
+def test_reexport_is_a_noop_unless_forced(exports, capsys, tmp_path):
     src, out = exports["tiny-sd15"]
     files = sorted(out.rglob("*"))
     stamps = {p: p.stat().st_mtime_ns for p in files if p.is_file()}
@@ -218,12 +218,15 @@ def test_reexport_is_a_noop_unless_forced(exports, capsys):
     # a request that differs from what is there is still a no-op, and says what is there
     export_pipeline(src, out, weight_dtype="fp16", progress=False)
     assert "'weight_dtype': 'fp32'" in capsys.readouterr().out
-    # force re-exports (one cheap component here)
-    xml = out / "text_encoder" / MODEL_XML
+    # force replaces the whole folder by a new export of what is asked (in a copy: one cheap
+    # component, and the session's export stays complete for the other tests)
+    copy = shutil.copytree(out, tmp_path / "copy")
+    xml = copy / "text_encoder" / MODEL_XML
     before = xml.stat().st_mtime_ns
-    export_pipeline(src, out, components=["text_encoder"], force=True, progress=False)
+    export_pipeline(src, copy, components=["text_encoder"], force=True, progress=False)
     assert xml.stat().st_mtime_ns > before
-    assert json.loads((out / MANIFEST).read_text())["components"][-1] == "vae_encoder"  # still all listed
+    assert json.loads((copy / MANIFEST).read_text())["components"] == ["text_encoder"]
+    assert not (copy / "unet").exists() and not (copy / "tokenizer").exists()
 
 
 def test_an_export_of_another_checkpoint_is_never_reused(exports):

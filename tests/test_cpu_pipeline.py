@@ -13,6 +13,7 @@ ov = pytest.importorskip("openvino")
 torch = pytest.importorskip("torch")
 
 from sdaccel.checkpoint import CheckpointError  # noqa: E402
+from sdaccel.contract import TIMING_KEYS  # noqa: E402
 from sdaccel.cpu.export import (  # noqa: E402
     MODEL_XML,
     export_pipeline,
@@ -67,10 +68,10 @@ def test_parity_with_diffusers_on_the_same_latents(exports, pipes, name, negativ
     latents = pipe.prepare_latents(2, 64, 64, seed=3)
     ours = pipe(PROMPTS, negatives, steps=4, guidance_scale=7.5, latents=latents, **SIZE)
     ref = run_diffusers(src, PROMPTS, negatives, latents=latents, steps=4, guidance_scale=7.5, **SIZE)
-    assert ours.arrays.shape == ref.shape == (2, 64, 64, 3)
+    assert ours.array.shape == ref.shape == (2, 64, 64, 3)
     assert ref.std() > 0.05, "reference images are flat: the comparison would prove nothing"
-    assert np.abs(ours.arrays - ref).max() < 1e-4
-    assert np.abs(_uint8(ours.arrays) - _uint8(ref)).max() <= 2
+    assert np.abs(ours.array - ref).max() < 1e-4
+    assert np.abs(_uint8(ours.array) - _uint8(ref)).max() <= 2
     assert [im.size for im in ours.images] == [(64, 64)] * 2
 
 
@@ -84,9 +85,9 @@ def test_seed_draws_the_same_noise_as_diffusers(exports, pipes):
         output_type="np",
         **SIZE,
     ).images
-    assert np.abs(ours.arrays - ref).max() < 1e-4
+    assert np.abs(ours.array - ref).max() < 1e-4
     other = pipes["tiny-sd15"](PROMPTS[:1], steps=3, seed=12, **SIZE)
-    assert np.abs(other.arrays - ours.arrays).max() > 1e-2
+    assert np.abs(other.array - ours.array).max() > 1e-2
 
 
 def test_no_guidance_and_non_square(exports, pipes):
@@ -98,7 +99,7 @@ def test_no_guidance_and_non_square(exports, pipes):
         height=64, width=96,
     ).images  # fmt: skip
     assert ours.images[0].size == (96, 64)
-    assert np.abs(ours.arrays - ref).max() < 1e-4
+    assert np.abs(ours.array - ref).max() < 1e-4
 
 
 def test_sd2_style_ddim_v_prediction(exports, tmp_path):
@@ -121,7 +122,7 @@ def test_sd2_style_ddim_v_prediction(exports, tmp_path):
     latents = pipe.prepare_latents(1, 64, 64, seed=9)
     ours = pipe(PROMPTS[:1], steps=3, latents=latents, **SIZE)
     ref = run_diffusers(folders[0], PROMPTS[:1], latents=latents, steps=3, guidance_scale=7.5, **SIZE)
-    assert np.abs(ours.arrays - ref).max() < 1e-4
+    assert np.abs(ours.array - ref).max() < 1e-4
     pytest.importorskip("openvino_genai")
     from sdaccel.cpu.genai import GenAIPipeline
 
@@ -145,14 +146,19 @@ def test_genai_loads_our_folder_and_matches_the_python_loop(exports, pipes, name
 
     _, out = exports[name]
     genai = GenAIPipeline(out, precision="f32")
-    result = genai(PROMPTS[0], steps=4, guidance_scale=7.5, seed=7, **SIZE)
-    assert len(result.images) == 1 and result.images[0].size == (64, 64)
-    assert len(result.timings["unet_steps"]) >= 4 and result.timings["total"] > 0
-    ours = pipes[name](PROMPTS[0], steps=4, guidance_scale=7.5, seed=7, **SIZE)
-    theirs = np.asarray(result.images[0], dtype=np.int16)
-    assert np.abs(theirs - np.asarray(ours.images[0], dtype=np.int16)).max() <= 2
-    assert theirs.std() > 10
-    wide = genai(PROMPTS[0], steps=2, seed=7, height=64, width=96, num_images=2)
+    # a list of prompts: one GenAI call each, all from one TorchGenerator(seed), which draws the
+    # same noise as OVPipeline's batch: the same seed gives the same images
+    result = genai(PROMPTS, steps=4, guidance_scale=7.5, seed=7, **SIZE)
+    assert [im.size for im in result.images] == [(64, 64)] * 2 and result.array.shape == (2, 64, 64, 3)
+    assert set(TIMING_KEYS) <= set(result.timings) and result.timings["images"] == 2
+    assert len(result.timings["unet_steps"]) >= 8 and result.timings["run_s"] > 0
+    ours = pipes[name](PROMPTS, steps=4, guidance_scale=7.5, seed=7, **SIZE)
+    for k in range(2):
+        theirs = np.asarray(result.images[k], dtype=np.int16)
+        assert np.abs(theirs - np.asarray(ours.images[k], dtype=np.int16)).max() <= 2, k
+        assert theirs.std() > 10
+    np.testing.assert_array_equal(np.asarray(result.images[1]), (result.array[1] * 255).round())
+    wide = genai(PROMPTS, steps=2, seed=7, height=64, width=96)
     assert [im.size for im in wide.images] == [(96, 64)] * 2
 
 
@@ -177,7 +183,7 @@ def test_static_pipeline_matches_dynamic_and_refuses_other_shapes(exports, pipes
         assert all(port.get_partial_shape().is_static for port in compiled.inputs)
     a = static(PROMPTS, NEGATIVES, steps=3, seed=1, **SIZE)
     b = pipes["tiny-sd15"](PROMPTS, NEGATIVES, steps=3, seed=1, **SIZE)
-    assert np.abs(a.arrays - b.arrays).max() < 1e-5
+    assert np.abs(a.array - b.array).max() < 1e-5
     with pytest.raises(ValueError, match="compiled static for .* got \\(1, 64, 64, True\\)"):
         static(PROMPTS[:1], steps=2, **SIZE)
 
@@ -190,8 +196,8 @@ def test_precision_is_what_the_plugin_compiled(exports, pipes):
     default = OVPipeline.from_pretrained(out)
     assert bf16.precision == ("bf16" if has_bf16 else "f32")
     assert default.precision == ("bf16" if has_bf16 else "f32")  # the CPU plugin's default
-    a = bf16(PROMPTS[:1], steps=3, seed=2, **SIZE).arrays
-    b = pipes["tiny-sd15"](PROMPTS[:1], steps=3, seed=2, **SIZE).arrays
+    a = bf16(PROMPTS[:1], steps=3, seed=2, **SIZE).array
+    b = pipes["tiny-sd15"](PROMPTS[:1], steps=3, seed=2, **SIZE).array
     # bf16 keeps 8 significant bits (~0.4% per value); over a few steps and the VAE the images stay
     # within a few 1/100 of f32, and are not identical when bf16 really ran
     assert np.abs(a - b).max() < 0.1
@@ -220,10 +226,10 @@ def test_unet_input_callback_and_step_callback(pipes):
 def test_replace_unet(exports, pipes):
     _, out = exports["tiny-sd15"]
     pipe = OVPipeline.from_pretrained(out, precision="f32")
-    before = pipe(PROMPTS[:1], steps=2, seed=4, **SIZE).arrays
+    before = pipe(PROMPTS[:1], steps=2, seed=4, **SIZE).array
     model = ov.Core().read_model(out / "unet" / MODEL_XML)
     pipe.replace_unet(model)
-    np.testing.assert_allclose(pipe(PROMPTS[:1], steps=2, seed=4, **SIZE).arrays, before, atol=1e-6)
+    np.testing.assert_allclose(pipe(PROMPTS[:1], steps=2, seed=4, **SIZE).array, before, atol=1e-6)
     # a UNet that predicts half the noise must change the image: the swap is really used
     noise = model.get_results()[0].input_value(0)
     half = ov.opset13.multiply(noise, np.float32(0.5))
@@ -231,9 +237,9 @@ def test_replace_unet(exports, pipes):
     half.output(0).get_tensor().set_names({"out_sample"})
     halved = ov.Model([half], model.get_parameters(), "halved")
     pipe.replace_unet(halved)
-    assert np.abs(pipe(PROMPTS[:1], steps=2, seed=4, **SIZE).arrays - before).max() > 1e-3
+    assert np.abs(pipe(PROMPTS[:1], steps=2, seed=4, **SIZE).array - before).max() > 1e-3
     pipe.replace_unet(out / "unet" / MODEL_XML)  # a path works too
-    np.testing.assert_allclose(pipe(PROMPTS[:1], steps=2, seed=4, **SIZE).arrays, before, atol=1e-6)
+    np.testing.assert_allclose(pipe(PROMPTS[:1], steps=2, seed=4, **SIZE).array, before, atol=1e-6)
 
 
 # ----------------------------------------------------------------------------------------------

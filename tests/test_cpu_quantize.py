@@ -1,9 +1,8 @@
 """INT8 recipes on tiny SD 1.5 / SDXL UNets: each changes the IR as it should, stays close to f32,
-calibration subsampling is bounded, and the child-process memory measurement works."""
+calibration subsampling is bounded, and bad calibration data or output folders are refused before
+any quantization step."""
 
 from __future__ import annotations
-
-import time
 
 import numpy as np
 import pytest
@@ -213,30 +212,6 @@ def test_collect_unet_inputs_streams_to_disk_with_stride(tmp_path):
     assert len(small) == 3  # the folder is emptied first, then holds at most num_samples files
 
 
-# -- memory measurement ----------------------------------------------------------------------------
-
-
-def _allocate(megabytes: int, hold_s: float = 0.0) -> int:
-    block = np.ones(megabytes * 2**20, dtype=np.uint8)
-    time.sleep(hold_s)
-    return int(block.sum() // 2**20)
-
-
-def test_run_with_memory_limit_measures_the_child_peak():
-    # this (pytest) process holds far more than the children: their peak must not include it
-    baseline = Q.run_with_memory_limit(_allocate, 0)
-    run = Q.run_with_memory_limit(_allocate, 300, hold_s=0.5)  # held long enough to be polled
-    assert baseline.ok and run.ok and run.result == 300
-    assert 0.28 <= run.peak_rss_gb - baseline.peak_rss_gb < 0.4
-    assert 0.28 <= run.peak_anon_gb - baseline.peak_anon_gb < 0.4
-
-
-def test_run_with_memory_limit_kills_a_child_above_the_limit():
-    run = Q.run_with_memory_limit(_allocate, 800, hold_s=5.0, limit_gb=0.5)
-    assert not run.ok and run.result is None
-    assert "killed" in run.error and run.peak_rss_gb > 0.5
-
-
 def test_matching_layers_and_time_unet(convert):
     _, xml, inputs = convert("tiny-sd15")
     kept = Q.matching_layers(xml)
@@ -287,5 +262,5 @@ def test_calibration_from_the_sdxl_pipeline(tmp_path):
     reference = pipe.generate(["a red circle"], steps=3, height=64, width=64, seed=0)
     pipe.replace_unet(hybrid)
     quantized = pipe.generate(["a red circle"], steps=3, height=64, width=64, seed=0)
-    assert not np.array_equal(reference.arrays, quantized.arrays)
-    assert np.abs(reference.arrays - quantized.arrays).mean() < 0.1
+    assert not np.array_equal(reference.array, quantized.array)
+    assert np.abs(reference.array - quantized.array).mean() < 0.1

@@ -35,8 +35,13 @@ WORKER = textwrap.dedent(
     rows = dist.process_rows(sh.batch_sharding(mesh), 8)
     local = {"indices": rows.astype(np.int32), "cond": np.stack([np.full(4, float(i)) for i in rows]).astype(np.float32)}
     inputs = dist.global_batch(local, mesh, 8)
-    run = sh.data_parallel(STAND_IN, mesh, {"w": np.eye(4, dtype=np.float32)}, inputs)
-    out = run({"w": np.eye(4, dtype=np.float32)}, inputs)
+    params = {"w": np.eye(4, dtype=np.float32)}
+    run = jax.jit(
+        STAND_IN,
+        in_shardings=(sh.tree_shardings(params, mesh), sh.tree_shardings(inputs, mesh, "inputs")),
+        out_shardings={"images": sh.batch_sharding(mesh)},
+    )
+    out = run(params, inputs)
     on_zero = dist.gather(out, to="process0")
     on_all = dist.gather(out, to="all")
     pid = jax.process_index()
@@ -55,10 +60,10 @@ WORKER = textwrap.dedent(
 STAND_IN = textwrap.dedent(
     """
     import jax, jax.numpy as jnp
-    from sdaccel import sharding as sh
+    from sdaccel.pipeline import initial_noise
 
     def STAND_IN(params, inputs):
-        x = sh.example_noise(jax.random.key(3), inputs["indices"], (4, 4))
+        x = initial_noise(3, inputs["indices"], (4, 4))
         for _ in range(3):
             x = jnp.tanh(x @ params["w"] + inputs["cond"][:, None, :])
         return {"images": x}

@@ -2,25 +2,26 @@
 
 Discovery is automatic (``sdaccel.run_notebooks.discover``), so a new notebook cannot escape CI.
 The execution tests assert on the values each notebook recorded in its ``results.json``, not only
-on "no exception". Then nbval re-executes the executed copies and checks that every cell marked
-``# NBVAL_CHECK_OUTPUT`` prints the same thing twice (seeds, shapes and device layouts are
-deterministic).
+on "no exception": each execution starts with an empty output folder, and a key that a check reads
+but the notebook did not record fails the test, naming the key. Then nbval re-executes the
+executed copies and checks that every cell marked ``# NBVAL_CHECK_OUTPUT`` prints the same thing
+twice (seeds, shapes and device layouts are deterministic).
 """
 
 import json
 import os
 import subprocess
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
 
 from sdaccel.notebook import SETUP_CELL
-from sdaccel.run_notebooks import PROFILE_ENV, REPO, discover, execute
+from sdaccel.run_notebooks import PROFILE_ENV, banned_phrases, cells_without_figures, discover, noisy_outputs
 
 NOTEBOOKS = discover()
 IDS = [nb.stem for nb in NOTEBOOKS]
-BUILD = REPO / "build" / "test"
 
 
 def cells(nb_path: Path) -> list[dict]:
@@ -60,114 +61,195 @@ def test_anatomy(nb):
     assert "Next steps" in source(all_cells[-1])
 
 
-@pytest.mark.parametrize("nb", NOTEBOOKS, ids=IDS)
-def test_smoke_profile_overrides_existing_parameters(nb):
-    meta = json.loads(nb.read_text())["metadata"]
-    smoke = meta["sdaccel"]["profiles"]["smoke"]
-    params = source(next(c for c in cells(nb) if "parameters" in c.get("metadata", {}).get("tags", [])))
-    for key in smoke:
-        assert f"{key} =" in params, f"smoke overrides {key}, which the parameters cell does not define"
-
-
 # ----------------------------------------------------------------------------------------------
 # Execution in the smoke profile
 # ----------------------------------------------------------------------------------------------
 
-#: What each notebook must have recorded, beyond "it ran". Keyed by notebook stem.
+
+class Recorded(Mapping):
+    """A notebook's ``results.json`` as the checks read it. A key that the notebook did not record
+    fails the test and names the key: it never reads as ``None``, a default or a skip."""
+
+    def __init__(self, data: dict, notebook: str, where: str = "results"):
+        self._data, self._notebook, self._where = data, notebook, where
+
+    def __getitem__(self, key):
+        if key not in self._data:
+            pytest.fail(
+                f"{self._notebook} did not record {self._where}[{key!r}] "
+                f"(it recorded {sorted(self._data)}): a check reads it, so the notebook must write it"
+            )
+        value = self._data[key]
+        return (
+            Recorded(value, self._notebook, f"{self._where}[{key!r}]") if isinstance(value, dict) else value
+        )
+
+    def __iter__(self):
+        return iter(self._data)
+
+    def __len__(self):
+        return len(self._data)
+
+
+#: What each notebook must have recorded, beyond "it ran": (what is checked, the check), keyed by
+#: notebook stem. Every notebook has an entry (test_every_notebook_has_checks).
 CHECKS = {
-    "00_environment_and_devices": lambda r: (
-        r["backend"] == "cpu"
-        and r["device_count"] == 8
-        and r["mesh_shape"] == {"data": 8}
-        and r["versions"]["jax"] == "0.10.2"
-        and r["text_embedding_shape"][1] == 77
-    ),
-    "01_sdxl_in_jax": lambda r: (
-        r["params"]["unet"] > 0
-        and r["compile_s"] > 0
-        and r["max_abs_diff_vs_torch"] < 2 / 255
+    "00_environment_and_devices": [
+        ("JAX runs on the CPU backend", lambda r: r["backend"] == "cpu"),
+        ("8 simulated devices", lambda r: r["device_count"] == 8),
+        ("a 1-D data mesh over them", lambda r: r["mesh_shape"] == {"data": 8}),
+        ("the pinned JAX", lambda r: r["versions"]["jax"] == "0.10.2"),
+        ("77 text tokens", lambda r: r["text_embedding_shape"][1] == 77),
+    ],
+    "01_sdxl_in_jax": [
+        ("a UNet was loaded", lambda r: r["params"]["unet"] > 0),
+        ("compile time measured", lambda r: r["compile_s"] > 0),
+        ("parity with diffusers within 2/255", lambda r: r["max_abs_diff_vs_torch"] < 2 / 255),
         # the trained shapes checkpoint drew 8/8 held-out prompts right in JAX; one miss allowed
-        and r["adherence"]["score"] >= 7 / 8
-    ),
-    "02_sharding_across_cores": lambda r: (
-        r["same_images"] is True
-        and r["same_images_all_counts"] is True
-        and r["mesh_shape"] == {"data": 8}
-        and r["params_replicated"] is True
-        and r["model_parallel_mesh"] == {"data": 4, "model": 2}
-        and r["weight_bytes_per_device_model_parallel"] < r["weight_bytes_per_device"]
-    ),
-    "04_openvino_export_and_run": lambda r: (
-        r["precision_f32_ran"] == "f32"
-        and r["parity_vs_diffusers"]["max_abs"] < 1e-4
-        and r["genai_vs_python_max_abs_255"] <= 2
-        and r["static_speedup"] > 0
-        and r["export_sizes_mb"]["unet"] > 0
+        ("adherence >= 7/8", lambda r: r["adherence"]["score"] >= 7 / 8),
+    ],
+    "02_sharding_across_cores": [
+        ("same images sharded and not", lambda r: r["same_images"] is True),
+        ("same images on every device count", lambda r: r["same_images_all_counts"] is True),
+        ("a data mesh of 8", lambda r: r["mesh_shape"] == {"data": 8}),
+        ("parameters replicated", lambda r: r["params_replicated"] is True),
+        ("a 4x2 model-parallel mesh", lambda r: r["model_parallel_mesh"] == {"data": 4, "model": 2}),
+        (
+            "model parallelism holds fewer weight bytes per device",
+            lambda r: r["weight_bytes_per_device_model_parallel"] < r["weight_bytes_per_device"],
+        ),
+    ],
+    "03_tpu_performance": [
+        ("the second process start hit the cache", lambda r: r["cache_hits_second_start"] >= 1),
+        # a CPU has no peak in the table: no made-up utilisation
+        ("no utilisation on a CPU", lambda r: r["utilisation"] is None),
+        ("FLOPs per image counted", lambda r: r["flops_per_image"] > 0),
+        ("a cost per 1000 images", lambda r: r["cost_per_1000_images"] > 0),
+    ],
+    "04_openvino_export_and_run": [
+        ("f32 ran in f32", lambda r: r["precision_f32_ran"] == "f32"),
+        ("parity with diffusers within 1e-4", lambda r: r["parity_vs_diffusers"]["max_abs"] < 1e-4),
+        ("GenAI within 2/255 of the Python loop", lambda r: r["genai_vs_python_max_abs_255"] <= 2),
+        ("static shapes timed", lambda r: r["static_speedup"] > 0),
+        ("the UNet export has a size", lambda r: r["export_sizes_mb"]["unet"] > 0),
         # 8 held-out prompts on the trained SD 1.5-layout checkpoint: 6/8 measured in f32 and bf16
         # (0.96 on 96 prompts with evaluate_shapes); one more miss allowed for other builds
-        and all(a["score"] >= 5 / 8 for a in r["adherence"].values())
-    ),
-    "05_int8_quantization": lambda r: (
-        set(r["variants"]) == {"int8_weights", "hybrid", "full_int8"}
-        and all(r["size_bytes"][v] < r["size_bytes"]["fp32"] for v in r["variants"])
-        and all(r["quality"][v]["ssim_mean"] > 0.5 for v in r["variants"])
-        and r["reference_precisions"]["unet"] == "f32"
+        (
+            "adherence >= 5/8 in every precision",
+            lambda r: all(a["score"] >= 5 / 8 for a in r["adherence"].values()),
+        ),
+    ],
+    "05_int8_quantization": [
+        ("the three INT8 variants", lambda r: set(r["variants"]) == {"int8_weights", "hybrid", "full_int8"}),
+        (
+            "each is smaller than fp32",
+            lambda r: all(r["size_bytes"][v] < r["size_bytes"]["fp32"] for v in r["variants"]),
+        ),
+        ("SSIM > 0.5 for each", lambda r: all(r["quality"][v]["ssim_mean"] > 0.5 for v in r["variants"])),
+        ("the reference UNet ran in f32", lambda r: r["reference_precisions"]["unet"] == "f32"),
         # 16 held-out prompts: 15/16 measured in f32 and 14/16 with weight-only INT8
-        and r["adherence"]["f32"]["score"] >= 14 / 16
-        and r["adherence"]["int8_weights"]["score"] >= r["adherence"]["f32"]["score"] - 2 / 16
-    ),
-    "06_cpu_benchmark_and_comparison": lambda r: (
-        {"torch_fp32", "ov_bf16", "full_int8"} <= set(r["s_per_step"])
-        and all(t > 0 for t in r["s_per_step"].values())
-        and r["speedup"]["full_int8"]["vs_torch_fp32"] > 0
+        ("f32 adherence >= 14/16", lambda r: r["adherence"]["f32"]["score"] >= 14 / 16),
+        (
+            "weight-only INT8 loses at most 2/16",
+            lambda r: r["adherence"]["int8_weights"]["score"] >= r["adherence"]["f32"]["score"] - 2 / 16,
+        ),
+    ],
+    "06_cpu_benchmark_and_comparison": [
+        (
+            "the three variants timed",
+            lambda r: {"torch_fp32", "ov_bf16", "full_int8"} <= set(r["s_per_step"]),
+        ),
+        ("every time positive", lambda r: all(t > 0 for t in r["s_per_step"].values())),
+        ("a speed-up of full INT8", lambda r: r["speedup"]["full_int8"]["vs_torch_fp32"] > 0),
         # DeepCache on the trained SD 1.5-layout checkpoint, 12 prompts: every 2nd step full
         # measured as good as no cache (11/12), and fewer full-UNet calls as the interval grows
-        and r["deepcache_quality"]["f32+deepcache(N=2)"]["adherence"]
-        >= r["deepcache_quality"]["f32"]["adherence"] - 1 / 12
-        and r["deepcache_quality"]["f32+deepcache(N=3)"]["unet_calls_per_image"]["full"] == 7
-    ),
-    "03_tpu_performance": lambda r: (
-        r["cache_hits_second_start"] >= 1
-        and r["utilisation"] is None  # a CPU has no peak in the table: no made-up utilisation
-        and r["flops_per_image"] > 0
-        and r["cost_per_1000_images"] > 0
-    ),
+        (
+            "DeepCache N=2 loses at most 1/12 adherence",
+            lambda r: (
+                r["deepcache_quality"]["f32+deepcache(N=2)"]["adherence"]
+                >= r["deepcache_quality"]["f32"]["adherence"] - 1 / 12
+            ),
+        ),
+        (
+            "DeepCache N=3 makes 7 full UNet calls",
+            lambda r: r["deepcache_quality"]["f32+deepcache(N=3)"]["unet_calls_per_image"]["full"] == 7,
+        ),
+    ],
 }
 
 
-@pytest.fixture(scope="session")
-def checkpoints():
-    from sdaccel.run_notebooks import needed_tiny_checkpoints
-    from sdaccel.tiny import ensure_tiny
+def failed_checks(stem: str, results: dict) -> list[str]:
+    """The descriptions of the checks of ``stem`` that ``results`` does not pass (a missing key
+    fails the test at once, naming it)."""
+    recorded = Recorded(results, stem)
+    return [what for what, check in CHECKS[stem] if not check(recorded)]
 
-    root = REPO / "build" / "checkpoints"
-    for name in needed_tiny_checkpoints(NOTEBOOKS):
-        ensure_tiny(root, name)
-    return root
+
+def test_every_notebook_has_checks():
+    assert sorted(CHECKS) == sorted(IDS), "add the values each new notebook must record to CHECKS"
+    assert all(CHECKS[stem] for stem in IDS)
+
+
+def test_a_missing_key_fails_and_is_named():
+    recorded = Recorded({"adherence": {"f32": {"score": 1.0}}}, "05_int8_quantization")
+    assert recorded["adherence"]["f32"]["score"] == 1.0
+    with pytest.raises(
+        pytest.fail.Exception, match=r"did not record results\['adherence'\]\['int8_weights'\]"
+    ):
+        recorded["adherence"]["int8_weights"]
+    with pytest.raises(pytest.fail.Exception, match=r"did not record results\['variants'\]"):
+        recorded.get("variants")  # .get does not turn a missing key into None either
+    with pytest.raises(pytest.fail.Exception, match=r"did not record results\['s_per_step'\]"):
+        failed_checks("06_cpu_benchmark_and_comparison", {"speedup": {}})
+
+
+def test_checks_reject_wrong_values():
+    good = {"backend": "cpu", "device_count": 8, "mesh_shape": {"data": 8}, "versions": {"jax": "0.10.2"}}
+    good["text_embedding_shape"] = [1, 77, 2048]
+    assert failed_checks("00_environment_and_devices", good) == []
+    assert failed_checks("00_environment_and_devices", {**good, "device_count": 1}) == ["8 simulated devices"]
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("notebooks")
 @pytest.mark.parametrize("nb", NOTEBOOKS, ids=IDS)
-def test_notebook_runs_in_smoke_profile(nb, checkpoints):
-    run = execute(nb, "smoke", BUILD, checkpoints, timeout=900)
+def test_notebook_runs_in_smoke_profile(nb, smoke_notebook):
+    run = smoke_notebook(nb)
     results_file = run.output_dir / "results.json"
     assert results_file.is_file(), f"{nb.name} recorded no results"
+    assert results_file.stat().st_mtime >= run.started, f"{results_file} is older than this run"
     results = json.loads(results_file.read_text())
     assert results, f"{nb.name} recorded an empty results.json"
-    check = CHECKS.get(nb.stem)
-    if check is not None:
-        assert check(results), f"{nb.name} recorded unexpected values: {results}"
+    assert failed_checks(nb.stem, results) == [], f"{nb.name} recorded unexpected values: {results}"
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("notebooks")
 @pytest.mark.parametrize("nb", NOTEBOOKS, ids=IDS)
-def test_nbval_outputs_are_reproducible(nb):
-    """Re-execute the executed copy; cells marked NBVAL_CHECK_OUTPUT must print the same again."""
-    executed = BUILD / "smoke" / nb.name
-    if not executed.is_file():
-        pytest.skip("the smoke execution of this notebook did not run")
+def test_executed_copy_reads_cleanly(nb, smoke_notebook):
+    """The executed copy is documentation: its figures are inline (PNGs, not only files on disk),
+    nothing a reader has to ignore (stderr, escape codes, warnings), and no development notes."""
+    executed = json.loads(smoke_notebook(nb).executed.read_text())
+    assert cells_without_figures(executed) == [], f"{nb.name}: plt.show() drew no inline figure"
+    if "plt.show()" in nb.read_text():
+        pngs = [
+            o for c in executed["cells"] for o in c.get("outputs", []) if "image/png" in o.get("data", {})
+        ]
+        assert pngs, f"{nb.name} draws figures but its executed copy has no image/png output"
+    assert noisy_outputs(executed) == []
+    assert banned_phrases(executed) == []
+    first = next(o for c in executed["cells"] if c["cell_type"] == "code" for o in c.get("outputs", []))
+    assert "".join(first["text"]).startswith("Profile smoke: "), "the first output names the profile"
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group("notebooks")
+@pytest.mark.parametrize("nb", NOTEBOOKS, ids=IDS)
+def test_nbval_outputs_are_reproducible(nb, smoke_notebook):
+    """Re-execute this session's executed copy; cells marked NBVAL_CHECK_OUTPUT must print the same again."""
     if "NBVAL_CHECK_OUTPUT" not in nb.read_text():
         pytest.skip("no cell of this notebook is marked NBVAL_CHECK_OUTPUT")
+    executed = smoke_notebook(nb).executed
     env = {**os.environ, **PROFILE_ENV["smoke"]}
     proc = subprocess.run(
         [

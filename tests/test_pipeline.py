@@ -8,7 +8,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from sdaccel.pipeline import Pipeline, describe_unet, image_grid, initial_noise
+from sdaccel.contract import GenerationResult, image_grid
+from sdaccel.pipeline import Pipeline, describe_unet, initial_noise, read_defaults
 
 torch = pytest.importorskip("torch")
 diffusers = pytest.importorskip("diffusers")
@@ -66,8 +67,10 @@ def test_sdxl_fp32_matches_diffusers(sdxl, sdxl_torch):
     ours = sdxl.generate(PROMPTS, steps=4, guidance_scale=5.0, height=SIZE, width=SIZE, seed=0)
     ref = _reference(sdxl_torch, latents, prompt=PROMPTS, num_inference_steps=4, guidance_scale=5.0)
     _compare(ours, ref)
+    assert isinstance(ours, GenerationResult) and ours.latents is None
     assert len(ours.images) == 2 and ours.images[0].size == (SIZE, SIZE)
-    assert ours.timings["compile_s"] > 0
+    assert ours.timings["compile_s"] > 0 and ours.timings["images"] == 2
+    assert ours.timings["images_per_s"] == pytest.approx(2 / ours.timings["run_s"])
     again = sdxl.generate(PROMPTS, steps=4, guidance_scale=5.0, height=SIZE, width=SIZE, latents=latents)
     assert again.timings["compile_s"] == 0  # same shapes: the cached executables run
     np.testing.assert_array_equal(again.array, ours.array)
@@ -113,7 +116,8 @@ def test_sd15_ddim_matches_diffusers(tiny_sd15):
         tiny_sd15, dtype=torch.float32, safety_checker=None, requires_safety_checker=False
     )
     ref.scheduler = diffusers.DDIMScheduler.from_config(ref.scheduler.config)
-    assert not ours.is_sdxl and ours.default_size() == (128, 128)
+    assert not ours.is_sdxl and (ours.defaults.height, ours.defaults.width) == (128, 128)
+    assert ours.defaults == read_defaults(tiny_sd15) and ours.defaults.guidance_scale == 7.5
     latents = _noise(2, seed=1)
     result = ours.generate(PROMPTS, steps=3, guidance_scale=7.5, height=SIZE, width=SIZE, latents=latents)
     expected = _reference(ref, latents, prompt=PROMPTS, num_inference_steps=3, guidance_scale=7.5)
@@ -136,13 +140,13 @@ def test_noise_does_not_depend_on_the_split():
 
 
 def test_errors(sdxl, tiny_sdxl):
-    with pytest.raises(ValueError, match="multiples of 8"):
+    with pytest.raises(ValueError, match="multiples of 16"):
         sdxl.generate("a cat", height=60, width=64)
     with pytest.raises(ValueError, match="2 negative prompts for 1 prompts"):
         sdxl.generate(["a cat"], ["a", "b"], height=SIZE, width=SIZE)
     with pytest.raises(ValueError, match="latents have shape"):
         sdxl.generate(["a cat"], height=SIZE, width=SIZE, latents=np.zeros((1, 4, 8, 8), np.float32))
-    with pytest.raises(ValueError, match="at least one prompt"):
+    with pytest.raises(ValueError, match="pass one prompt"):
         sdxl.generate([])
     with pytest.raises(ValueError, match="Unsupported dtype"):
         Pipeline.from_pretrained(tiny_sdxl, dtype=jnp.int8)

@@ -1,17 +1,30 @@
-"""The notebook runner: profiles, selection, failures that name the cell, re-runs that keep results."""
+"""The notebook runner: profiles, selection, failures that name the cell, re-runs that start empty
+and keep the earlier results."""
 
 import json
 
 import nbformat
 import pytest
 
-from sdaccel import run_notebooks
-from sdaccel.run_notebooks import NotebookFailed, execute, profile_parameters, select
+from sdaccel import profiles, run_notebooks
+from sdaccel.run_notebooks import NotebookFailed, execute, fresh_output_dir, profile_parameters, select
+
+#: The notebooks' own smoke settings, before the fixture below adds those of the test notebooks.
+SMOKE = dict(profiles.SMOKE)
 
 
-def make_notebook(path, body, smoke=None):
+@pytest.fixture(autouse=True)
+def smoke_settings_of_test_notebooks(monkeypatch):
+    """The smoke profile of the throw-away notebooks below (``profiles.SMOKE`` is keyed by stem)."""
+    smoke = dict(profiles.SMOKE)
+    for stem in ("01_x", "01_good", "02_bad", "01_results"):
+        smoke[stem] = {}
+    monkeypatch.setattr(profiles, "SMOKE", smoke)
+    return smoke
+
+
+def make_notebook(path, body):
     nb = nbformat.v4.new_notebook()
-    nb.metadata["sdaccel"] = {"profiles": {"smoke": smoke or {}}}
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     params = nbformat.v4.new_code_cell('OUTPUT_DIR = "out"\nMODEL_ID = "org/real-model"')
     params.metadata["tags"] = ["parameters"]
@@ -26,11 +39,12 @@ def test_unknown_profile_is_refused(tmp_path):
         profile_parameters(nb, "fast", tmp_path, tmp_path / "out")
 
 
-def test_smoke_parameters_fill_the_checkpoint_folder(tmp_path):
+def test_smoke_parameters_fill_the_checkpoint_folder(tmp_path, smoke_settings_of_test_notebooks):
     from sdaccel.run_notebooks import REPO
 
     smoke = {"MODEL_ID": "{checkpoints}/tiny-sdxl", "STEPS": 2, "OTHER": "{repo}/checkpoints/x"}
-    nb = make_notebook(tmp_path / "01_x.ipynb", ["1"], smoke=smoke)
+    smoke_settings_of_test_notebooks["01_x"] = smoke
+    nb = make_notebook(tmp_path / "01_x.ipynb", ["1"])
     params = profile_parameters(nb, "smoke", tmp_path / "ckpt", tmp_path / "out")
     assert params == {
         "MODEL_ID": f"{tmp_path}/ckpt/tiny-sdxl",
@@ -39,6 +53,86 @@ def test_smoke_parameters_fill_the_checkpoint_folder(tmp_path):
         "OUTPUT_DIR": str(tmp_path / "out"),
     }
     assert profile_parameters(nb, "full", tmp_path, tmp_path / "o") == {"OUTPUT_DIR": str(tmp_path / "o")}
+    assert run_notebooks.needed_tiny_checkpoints([nb]) == {"tiny-sdxl"}
+
+
+def test_every_notebook_has_smoke_settings_and_only_there():
+    """One source: sdaccel.profiles.SMOKE, not the notebooks' metadata."""
+    stems = [nb.stem for nb in run_notebooks.discover()]
+    assert sorted(SMOKE) == sorted(stems)
+    for nb in run_notebooks.discover():
+        assert "profiles" not in json.loads(nb.read_text())["metadata"].get("sdaccel", {}), (
+            f"{nb.name} keeps smoke settings in its metadata: they live in sdaccel/profiles.py"
+        )
+
+
+def test_the_active_profile_comes_from_the_environment():
+    assert profiles.active_profile({}) == "full"
+    assert profiles.active_profile({"SDACCEL_PROFILE": "smoke"}) == "smoke"
+    with pytest.raises(ValueError, match=r"Unknown profile 'fast'.*SDACCEL_PROFILE=smoke"):
+        profiles.active_profile({"SDACCEL_PROFILE": "fast"})
+    smoke = profiles.KERNEL_ENV["smoke"]
+    assert smoke["SDACCEL_PROFILE"] == "smoke" and smoke["JAX_PLATFORMS"] == "cpu"
+    assert "agg" not in smoke["MPLBACKEND"], "agg leaves every plt.show() without an output"
+
+
+def test_devices_are_described_without_starting_jax():
+    line = profiles.describe_devices(profiles.KERNEL_ENV["smoke"])
+    assert line.startswith("JAX on the CPU with 8 simulated device(s); CPU: ")
+    assert profiles.describe_devices({"JAX_PLATFORMS": "cpu"}).startswith("JAX on the CPU with 1 ")
+
+
+def test_start_applies_the_same_values_as_papermill(monkeypatch, capsys, tmp_path):
+    monkeypatch.setenv("SDACCEL_PROFILE", "smoke")
+    monkeypatch.setenv("SDACCEL_CHECKPOINTS", str(tmp_path))
+    namespace = {"MODEL_ID": "stabilityai/stable-diffusion-xl-base-1.0", "STEPS": 20, "SEED": 0}
+    started = profiles.start("01_sdxl_in_jax", namespace)
+    expected = profiles.overrides("01_sdxl_in_jax", "smoke", tmp_path)
+    assert started.overrides == expected and started.profile == "smoke"
+    assert namespace["MODEL_ID"] == f"{profiles.REPO}/checkpoints/tiny-shapes-sdxl"
+    assert namespace["HEIGHT"] == 32 and namespace["SEED"] == 0, "only the profile's keys change"
+    again = dict(namespace)
+    profiles.start("01_sdxl_in_jax", again)  # after papermill's injection: nothing changes
+    assert again == namespace
+    out = capsys.readouterr().out
+    assert out.startswith("Profile smoke: 12 settings swapped for the 1 M-parameter tiny-shapes checkpoints.")
+    assert "Devices: JAX on the CPU with" in out or "Devices: JAX on" in out
+
+    monkeypatch.delenv("SDACCEL_PROFILE")
+    untouched = {"MODEL_ID": "stabilityai/stable-diffusion-xl-base-1.0"}
+    assert profiles.start("01_sdxl_in_jax", untouched).overrides == {}
+    assert untouched == {"MODEL_ID": "stabilityai/stable-diffusion-xl-base-1.0"}
+    assert capsys.readouterr().out.startswith("Profile full: the parameters cell as written")
+
+
+def test_quiet_drops_only_the_known_messages(monkeypatch, caplog):
+    import logging
+    import warnings
+
+    from sdaccel.notebook import quiet
+
+    monkeypatch.setenv("FORCE_COLOR", "1")  # what ipykernel sets, and children inherit
+    quiet()
+    quiet()  # twice adds nothing
+    import os
+
+    assert os.environ["TTY_COMPATIBLE"] == "0"
+    logger = logging.getLogger("transformers.utils.import_utils")
+    assert len(logger.filters) == 1
+    with caplog.at_level(logging.WARNING):
+        logger.warning("`CLIPImageProcessor` requires torchvision (not installed); falling back to ...")
+        logger.warning("`CLIPImageProcessor` something else")
+    assert [r.getMessage() for r in caplog.records] == ["`CLIPImageProcessor` something else"]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        quiet()
+        warnings.warn(
+            "`is_gradient_checkpointing` is deprecated and will be removed in v6. Use x",
+            FutureWarning,
+            stacklevel=1,
+        )
+        warnings.warn("another deprecation", FutureWarning, stacklevel=1)
+    assert [str(w.message) for w in caught] == ["another deprecation"]
 
 
 def test_only_selects_by_number_and_names_unknown(tmp_path):
@@ -70,3 +164,63 @@ def test_discover_orders_by_number():
     found = run_notebooks.discover()
     assert [p.name for p in found] == sorted(p.name for p in found)
     assert all(json.loads(p.read_text())["nbformat"] == 4 for p in found)
+
+
+def test_fresh_output_dir_moves_the_last_run_aside(tmp_path):
+    out = tmp_path / "outputs" / "05_x"
+    assert fresh_output_dir(out) is None and out.is_dir() and not any(out.iterdir())
+    (out / "results.json").write_text(json.dumps({"stale_key": 1}))
+    (out / "grid.png").write_bytes(b"png")
+    (out / "openvino" / "tiny").mkdir(parents=True)
+    (out / "openvino" / "tiny" / "manifest.json").write_text("{}")
+
+    previous = fresh_output_dir(out)
+    assert previous == tmp_path / "outputs" / "05_x.previous"
+    assert sorted(p.name for p in out.iterdir()) == ["openvino"], "only the reusable exports come back"
+    assert (out / "openvino" / "tiny" / "manifest.json").read_text() == "{}"
+    assert json.loads((previous / "results.json").read_text()) == {"stale_key": 1}, "no result is lost"
+    assert (previous / "grid.png").read_bytes() == b"png"
+
+    (out / "results.json").write_text(json.dumps({"newer": 2}))
+    fresh_output_dir(out)  # a third run: the second becomes the previous one
+    assert json.loads((previous / "results.json").read_text()) == {"newer": 2}
+    assert not (previous / "grid.png").exists() and not (out / "results.json").exists()
+
+
+@pytest.mark.slow
+def test_a_stale_key_does_not_survive_a_run(tmp_path):
+    def notebook_writing(key):
+        return make_notebook(
+            tmp_path / "01_results.ipynb",
+            [f"from sdaccel.notebook import Results\nresults = Results(OUTPUT_DIR)\nresults[{key!r}] = 1"],
+        )
+
+    build = tmp_path / "build"
+    first = execute(notebook_writing("old_key"), "smoke", build, tmp_path / "ckpt", timeout=120)
+    assert json.loads((first.output_dir / "results.json").read_text()) == {"old_key": 1}
+    second = execute(notebook_writing("new_key"), "smoke", build, tmp_path / "ckpt", timeout=120)
+    assert json.loads((second.output_dir / "results.json").read_text()) == {"new_key": 1}
+    previous = second.output_dir.with_name("01_results.previous")
+    assert json.loads((previous / "results.json").read_text()) == {"old_key": 1}
+
+
+def test_make_lab_starts_jupyter_with_the_smoke_kernel_environment():
+    argv, environ = profiles.lab_command("smoke", ["--no-browser"], environ={"PATH": "/usr/bin"})
+    assert argv[1:] == ["lab", "--no-browser", str(profiles.REPO / "notebooks")]
+    assert argv[0].endswith("jupyter")
+    assert environ["SDACCEL_PROFILE"] == "smoke" and environ["JAX_PLATFORMS"] == "cpu"
+    assert environ["XLA_FLAGS"] == "--xla_force_host_platform_device_count=8"
+    assert environ["PATH"] == "/usr/bin", "the rest of the environment is kept"
+    with pytest.raises(ValueError, match="Unknown profile"):
+        profiles.lab_command("fast", [])
+
+
+def test_a_busy_tpu_error_comes_with_the_fix():
+    busy = RuntimeError(
+        "Unable to initialize backend 'tpu': ABORTED: The TPU is already in use by process with pid 4242. "
+        "Not attempting to load libtpu.so in this process."
+    )
+    assert profiles.tpu_busy_hint(busy).startswith("Only one process at a time can hold a TPU VM's chips")
+    assert "Kernel > Shut Down Kernel" in profiles.tpu_busy_hint(busy)
+    assert profiles.tpu_busy_hint(RuntimeError("open(/dev/vfio/0): Device or resource busy")) is not None
+    assert profiles.tpu_busy_hint(RuntimeError("Unable to initialize backend 'tpu': no TPU found")) is None

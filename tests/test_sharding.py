@@ -1,4 +1,5 @@
-"""The mesh, the sharding rules and data parallelism, on a small stand-in NNX model.
+"""The mesh, the sharding rules and data parallelism, on a small stand-in NNX model, and the
+sharded pipeline (sdaccel.sharded) on the tiny SDXL checkpoint.
 
 The stand-in has what matters for the rules: convs, a big linear kernel, norms and biases, and a
 denoise-like loop over noise drawn per example with ``fold_in``. Multi-device cases need the CPU
@@ -22,7 +23,10 @@ from flax import nnx
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from sdaccel import bench
 from sdaccel import sharding as sh
+from sdaccel.pipeline import initial_noise
+from sdaccel.sharded import ShardedPipeline
 
 
 def needs(n: int):
@@ -60,12 +64,21 @@ def denoise_fn(graphdef):
 
     def fn(params, inputs):
         model = nnx.merge(graphdef, params)
-        x = sh.example_noise(jax.random.key(7), inputs["indices"], (8, 8, 4))
+        x = initial_noise(7, inputs["indices"], (8, 8, 4))
         for _ in range(3):
             x = x - 0.1 * model(x, inputs["cond"])
         return {"images": jnp.tanh(x)}
 
     return fn
+
+
+def data_parallel(fn, mesh, params, inputs):
+    """``fn(params, inputs)`` jitted with the rules' shardings: weights replicated, batch over "data"."""
+    return jax.jit(
+        fn,
+        in_shardings=(sh.tree_shardings(params, mesh), sh.tree_shardings(inputs, mesh, "inputs")),
+        out_shardings={"images": sh.batch_sharding(mesh)},
+    )
 
 
 def host_inputs(batch: int):
@@ -129,9 +142,8 @@ def test_indivisible_batch_is_a_clear_error_and_padding_is_explicit():
     assert padded == ["a", "b", "c", "d", "e", "f", "f", "f"] and n_real == 6
     rows, n_real = sh.pad_batch(np.arange(5), mesh)
     assert rows.tolist() == [0, 1, 2, 3, 4, 4, 4, 4] and n_real == 5
-    model, graphdef, params = make_standin()
-    with pytest.raises(sh.ShardingError):
-        sh.data_parallel(denoise_fn(graphdef), mesh, params, host_inputs(6))
+    with pytest.raises(sh.ShardingError, match="multiple of 4"):
+        sh.tree_shardings(host_inputs(6), mesh, "inputs")
 
 
 @needs(8)
@@ -159,9 +171,9 @@ def test_same_images_on_any_number_of_devices(n):
     fn = denoise_fn(graphdef)
     reference = np.asarray(jax.jit(fn)(params, host_inputs(8))["images"])
     mesh = sh.make_mesh(n)
-    inputs = sh.shard_batch(host_inputs(8), mesh)
+    inputs = jax.device_put(host_inputs(8), sh.tree_shardings(host_inputs(8), mesh, "inputs"))
     assert inputs["cond"].sharding.spec == P("data")
-    run = sh.data_parallel(fn, mesh, params, inputs)
+    run = data_parallel(fn, mesh, params, inputs)
     out = run(params, inputs)["images"]
     assert out.sharding.spec == P("data")
     assert {s.data.shape[0] for s in out.addressable_shards} == {8 // n}
@@ -187,14 +199,6 @@ def test_model_parallel_mesh_gives_the_same_images():
     np.testing.assert_allclose(np.asarray(out), reference, atol=1e-5, rtol=0)
 
 
-def test_example_noise_depends_on_the_index_only():
-    key = jax.random.key(0)
-    eight = sh.example_noise(key, jnp.arange(8), (4, 4, 4))
-    four = sh.example_noise(key, jnp.arange(4), (4, 4, 4))
-    np.testing.assert_array_equal(np.asarray(eight[:4]), np.asarray(four))
-    assert not np.allclose(np.asarray(eight[0]), np.asarray(eight[1]))
-
-
 @needs(4)
 def test_explain_describe_and_visualize(capsys):
     mesh = sh.make_mesh(4)
@@ -216,7 +220,7 @@ def test_tiny_sdxl_on_a_model_parallel_mesh_matches_one_device(tiny_sdxl):
     prompts = ["a red circle", "a cat", "a dog", "a horse"]
     options = dict(steps=2, guidance_scale=5.0, height=64, width=64, seed=3)
     mesh = sh.make_mesh(4, 2)
-    pipe = sh.ShardedPipeline.from_pretrained(
+    pipe = ShardedPipeline.from_pretrained(
         tiny_sdxl, mesh, dtype=jnp.float32, min_shard_size=4096, progress=False
     )
     specs = sh.param_specs(pipe.pipeline.params["unet"], "unet")
@@ -224,15 +228,43 @@ def test_tiny_sdxl_on_a_model_parallel_mesh_matches_one_device(tiny_sdxl):
     assert split and all(name.endswith(("kernel", "embedding")) for name in split)
     assert all(specs[name] == P() for name in specs if name.endswith("bias"))
     per_device = pipe.bytes_per_device()
-    images, timings = pipe.generate(prompts, **options)
+    images, timings = pipe.generate_array(pipe.pipeline.check_inputs(prompts, **options))
     assert images.sharding.spec == P("data") and timings["devices"] == 8 and timings["compile_s"] > 0
+    assert timings["images"] == 4 and timings["padded"] == 0
     args = pipe.inputs(prompts, None, 2, 5.0, 64, 64, 3)
     flops = pipe.flops(args)
     assert flops["total"] == pytest.approx(flops["program_as_counted"] + flops["unet_step"])  # 2 steps
 
     one = pipe.to_mesh(sh.make_mesh(1))  # weights move through the host; `pipe` is spent
     assert sum(one.bytes_per_device().values()) > max(per_device.values())  # one device holds it all
-    chunks = [one.generate(prompts[i : i + 2], start_index=i, **options)[0] for i in (0, 2)]
-    np.testing.assert_allclose(
-        np.asarray(images), np.concatenate([np.asarray(c) for c in chunks]), atol=1e-5, rtol=0
-    )
+    chunks = [one.generate(prompts[i : i + 2], first_index=i, **options).array for i in (0, 2)]
+    np.testing.assert_allclose(np.asarray(images), np.concatenate(chunks), atol=1e-5, rtol=0)
+
+
+@needs(4)
+def test_sharded_flops_count_every_unet_step(tiny_sdxl):
+    """XLA counts the sampling loop's body once; the UNet step is counted from its *compiled*
+    program (a lowered program's cost analysis is None on TPU) with the same batch sharding, and
+    all devices together it equals the step compiled for one device."""
+    pipe = ShardedPipeline.from_pretrained(tiny_sdxl, sh.make_mesh(4), dtype=jnp.float32, progress=False)
+    args = pipe.inputs(["a red circle"] * 4, None, 3, 5.0, 64, 64, 0)
+    flops = pipe.flops(args)
+    assert flops["total"] == pytest.approx(flops["program_as_counted"] + 2 * flops["unet_step"])
+    params, state, cond, noise, _ = args
+
+    def spec(x):
+        return None if x is None else jax.ShapeDtypeStruct((8, *x.shape[2:]), x.dtype)  # B * G = 8
+
+    abstract = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype), params["unet"])
+    t = jax.ShapeDtypeStruct((), state.timesteps.dtype)
+    whole = bench.aot_compile(
+        pipe._unet_call, abstract, jax.ShapeDtypeStruct((8, *noise.shape[1:]), noise.dtype), t, spec(cond.prompt_embeds), spec(cond.text_embeds),
+        spec(cond.time_ids),
+    ).flops  # fmt: skip
+    assert whole > 1e6 and flops["unet_step"] == pytest.approx(whole, rel=1e-2)
+    assert len(pipe._unet_cache) == 1 and pipe.flops(args) == flops  # compiled once
+
+    assert pipe.pipeline.attention_implementations() == {"xla"}
+    pipe.use_attention("splash")  # part of the models' structure: what was compiled is dropped
+    assert pipe.pipeline.attention_implementations() == {"splash"}
+    assert len(pipe.cache) == len(pipe._unet_cache) == len(pipe.pipeline._denoise) == 0

@@ -5,47 +5,44 @@ around a call measures neither the compile nor the run. The rules this module fo
 
 - **The first call compiles** (tracing, lowering to StableHLO, XLA optimisation); for SDXL on a
   TPU that is minutes. :func:`aot_compile` does it ahead of time with
-  ``jax.jit(f).lower(*args).compile()`` and times lowering and compiling separately.
+  ``jax.jit(f).lower(*args).compile()`` and times lowering and compiling separately;
+  :class:`AOTCache` keeps one such executable per input signature (the one compile cache of the
+  JAX pipelines).
 - **Steady state** is the median of several calls, each ended by ``jax.block_until_ready``
   (:func:`time_calls`); otherwise the clock stops when the work is *queued*, not done.
 - **The persistent compilation cache** (:func:`enable_compilation_cache`) stores compiled
   executables on disk, keyed by the program, the devices and the compiler flags, so that the next
-  *process* skips the compile (:func:`cache_probe` runs a fresh process to show it).
+  *process* skips the compile (``sdaccel.tuning.cache_probe`` runs a fresh process to show it).
 - **FLOPs** come from XLA's own ``compiled.cost_analysis()`` (:func:`xla_flops`), with two
   caveats: for a program split over devices it counts one device's share, and the body of a
   ``while`` loop (``fori_loop``, ``scan``) is counted once, not once per step. :func:`utilisation`
   compares the achieved FLOP/s with the chip's peak from :data:`PEAK_BF16_FLOPS`.
 - **Cost** per image and per 1,000 images follows from throughput and an hourly price
   (:func:`cost_per_image`).
-- **Throughput** over batch sizes and device counts (:func:`sweep`), skipping what the devices do
-  not divide or what does not fit in memory, and saying so.
-- **Resolution buckets** (:class:`Buckets`): every new input shape is a new program. Compile the
-  few shapes you serve up front, so the first request at each does not wait for XLA.
 - **Attention kernels** (:func:`time_attention`): XLA's, cuDNN's on GPUs, and the Pallas splash
-  kernel on TPUs, on one attention problem.
+  kernel on TPUs (``sdaccel.models.attention``), on one attention problem.
 
-    python -m sdaccel.bench probe --cache-dir /tmp/jax-cache                 # a small stand-in program
-    python -m sdaccel.bench probe --cache-dir /tmp/jax-cache --model PATH \
-        --batch 8 --height 1024 --width 1024 --steps 20                       # the pipeline's program
+Sweeps over batch sizes and devices, resolution buckets and the cache probe drive the sharded
+pipeline, so they live above it, in :mod:`sdaccel.tuning`.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import statistics
-import subprocess
-import sys
 import time
-from collections.abc import Callable, Iterable, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable
+from contextlib import contextmanager, nullcontext
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
+from jax.experimental.compilation_cache import compilation_cache
+
+from sdaccel.models.attention import AttentionImpl, attention
 
 # ----------------------------------------------------------------------------------------------
 # Chips
@@ -157,6 +154,53 @@ def aot_compile(fn: Callable, *args, **jit_kwargs) -> Compiled:
     return Compiled(executable, lowered_at - start, done - lowered_at, xla_flops(executable))
 
 
+def _dtype(x) -> np.dtype:
+    dtype = getattr(x, "dtype", None)
+    return jnp.dtype(dtype) if dtype is not None else jnp.result_type(x)
+
+
+class AOTCache:
+    """``jax.jit(fn, **jit_kwargs)``, compiled ahead of time (:func:`aot_compile`) once per input
+    signature: the tree structure and every leaf's shape, dtype and sharding. The one compile cache
+    of :class:`sdaccel.pipeline.Pipeline` and :class:`sdaccel.sharded.ShardedPipeline`.
+
+    ``compile_s`` adds up the seconds spent lowering and compiling (read it before and after a
+    call to see what the call compiled). ``mesh``: compile under ``jax.set_mesh(mesh)``.
+    """
+
+    def __init__(self, fn: Callable, *, mesh=None, **jit_kwargs):
+        self.jitted = jax.jit(fn, **jit_kwargs)
+        self.mesh = mesh
+        self.executables: dict[tuple, Compiled] = {}
+        self.compile_s = 0.0
+
+    @staticmethod
+    def signature(args) -> tuple:
+        leaves, treedef = jax.tree.flatten(args)
+        return treedef, tuple((tuple(np.shape(x)), _dtype(x), getattr(x, "sharding", None)) for x in leaves)
+
+    def compile(self, *args) -> Compiled:
+        """The executable for these arguments (arrays or ``jax.ShapeDtypeStruct``), compiled on
+        first use."""
+        key = self.signature(args)
+        if key not in self.executables:
+            with jax.set_mesh(self.mesh) if self.mesh is not None else nullcontext():
+                compiled = aot_compile(self.jitted, *args)
+            self.compile_s += compiled.lower_s + compiled.compile_s
+            self.executables[key] = compiled
+        return self.executables[key]
+
+    def __call__(self, *args):
+        return self.compile(*args)(*args)
+
+    def __len__(self) -> int:
+        return len(self.executables)
+
+    def clear(self) -> None:
+        """Drop every executable (and the device memory they hold)."""
+        self.executables.clear()
+
+
 def xla_flops(executable) -> float | None:
     """FLOPs of one call as XLA's cost model counts them, or ``None`` where the backend has no
     cost model. Per device for a partitioned program; a loop body counts once."""
@@ -200,8 +244,6 @@ def enable_compilation_cache(
     ``min_entry_size_bytes=-1`` disables the size floor. Call it before the first compile, or
     it is picked up on the next (the cache is re-initialised here).
     """
-    from jax.experimental.compilation_cache import compilation_cache
-
     Path(path).mkdir(parents=True, exist_ok=True)
     jax.config.update("jax_compilation_cache_dir", str(path))
     jax.config.update("jax_persistent_cache_min_compile_time_secs", float(min_compile_time_s))
@@ -246,253 +288,44 @@ def probe_program(size: int = 256, depth: int = 8):
     return fn, jax.ShapeDtypeStruct((size, size), jnp.float32)
 
 
-def cache_probe(
-    cache_dir: str | os.PathLike, model: str | None = None, env: dict | None = None, **shape
-) -> dict:
-    """Start a fresh Python process that enables the cache at ``cache_dir``, compiles one program
-    and reports, as a dict: ``process_s`` (the whole process, measured here), ``compile_s``,
-    ``cache_hits``, ``cache_misses``. Run it twice: the second start reads the first's executable.
-
-    ``model``: a pipeline checkpoint whose denoise-and-decode function to compile (``shape`` holds
-    ``batch``, ``height``, ``width``, ``steps``, ``dtype``); ``None`` compiles :func:`probe_program`.
-    """
-    cmd = [sys.executable, "-m", "sdaccel.bench", "probe", "--cache-dir", str(cache_dir)]
-    if model is not None:
-        cmd += ["--model", str(model)]
-    for key, value in shape.items():
-        if value is not None:
-            cmd += [f"--{key}", str(value)]
-    start = time.perf_counter()
-    done = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, **(env or {})}, check=False)
-    elapsed = time.perf_counter() - start
-    if done.returncode:
-        raise RuntimeError(f"The probe process failed ({done.returncode}):\n{done.stderr[-3000:]}")
-    result = json.loads(done.stdout.strip().splitlines()[-1])
-    return {**result, "process_s": elapsed}
-
-
-# ----------------------------------------------------------------------------------------------
-# Sweeps and buckets
-# ----------------------------------------------------------------------------------------------
-
-
-def sweep(
-    make_call: Callable[[Any, int], Callable[[], Any]],
-    batch_sizes: Sequence[int],
-    device_counts: Sequence[int],
-    repeats: int = 3,
-    progress: bool = True,
-) -> list[dict]:
-    """Throughput over batch sizes and device counts.
-
-    ``make_call(mesh, batch)`` returns a no-argument function that makes ``batch`` images on
-    ``mesh`` (a ``"data"`` mesh of the first ``n`` devices). Combinations whose batch the devices
-    do not divide, or whose program runs out of device memory, are skipped and listed with
-    ``skipped`` set (the reason). Each row holds ``devices``,
-    ``batch``, ``compile_s``, ``run_s``, ``images_per_s`` and ``images_per_s_per_device``.
-    """
-    from sdaccel.sharding import make_mesh
-
-    combos = [(n, b) for n in device_counts for b in batch_sizes]
-    if progress:
-        from tqdm.auto import tqdm
-
-        combos = tqdm(combos, desc="sweep", unit="config")
-    rows = []
-    for n, batch in combos:
-        if batch % n:
-            rows.append(
-                {"devices": n, "batch": batch, "skipped": f"{n} devices do not divide a batch of {batch}"}
-            )
-            continue
-        try:
-            call = make_call(make_mesh(n, devices=jax.devices()[:n]), batch)
-            timing = time_calls(call, repeats=repeats)
-        except jax.errors.JaxRuntimeError as err:  # the largest batches may not fit: note it, go on
-            if "RESOURCE_EXHAUSTED" not in str(err):
-                raise
-            rows.append(
-                {"devices": n, "batch": batch, "skipped": f"out of memory: {str(err).splitlines()[0][:200]}"}
-            )
-            continue
-        rows.append(
-            {
-                "devices": n,
-                "batch": batch,
-                "compile_s": timing.compile_s,
-                "run_s": timing.run_s,
-                "images_per_s": batch / timing.run_s,
-                "images_per_s_per_device": batch / timing.run_s / n,
-            }
-        )
-    return rows
-
-
-#: The (height, width) pairs SDXL was trained on around one megapixel (a subset of its aspect buckets).
-SDXL_BUCKETS: tuple[tuple[int, int], ...] = (
-    (1024, 1024),
-    (1152, 896),
-    (896, 1152),
-    (1216, 832),
-    (832, 1216),
-    (1344, 768),
-    (768, 1344),
-)
-
-
-def nearest_bucket(
-    height: int, width: int, buckets: Iterable[tuple[int, int]] = SDXL_BUCKETS
-) -> tuple[int, int]:
-    """The bucket whose aspect ratio is closest to ``height / width`` (ties: the closer area)."""
-    return min(buckets, key=lambda b: (abs(b[0] / b[1] - height / width), abs(b[0] * b[1] - height * width)))
-
-
-class Buckets:
-    """Executables compiled ahead of time for a few input shapes.
-
-    ``compile_for(key)`` returns a :class:`Compiled` for one key (for example
-    ``(batch, height, width)``). :meth:`warm` compiles a list of keys up front; calling with a
-    key that was not warmed raises instead of silently compiling in the middle of serving.
-    """
-
-    def __init__(self, compile_for: Callable[[Any], Compiled]):
-        self.compile_for = compile_for
-        self.compiled: dict[Any, Compiled] = {}
-
-    def warm(self, keys: Iterable, progress: bool = False) -> dict[Any, float]:
-        """Compile every key not compiled yet; return ``{key: lower_s + compile_s}``."""
-        keys = list(keys)
-        if progress:
-            from tqdm.auto import tqdm
-
-            keys = tqdm(keys, desc="compile buckets", unit="shape")
-        seconds = {}
-        for key in keys:
-            if key not in self.compiled:
-                self.compiled[key] = self.compile_for(key)
-            seconds[key] = self.compiled[key].lower_s + self.compiled[key].compile_s
-        return seconds
-
-    def __contains__(self, key) -> bool:
-        return key in self.compiled
-
-    def __getitem__(self, key) -> Compiled:
-        if key not in self.compiled:
-            raise KeyError(
-                f"No executable for {key}; compiled: {sorted(self.compiled)}. Warm it with "
-                "Buckets.warm([...]) first, or round the request to a bucket with nearest_bucket()."
-            )
-        return self.compiled[key]
-
-
 # ----------------------------------------------------------------------------------------------
 # Attention kernels
 # ----------------------------------------------------------------------------------------------
 
 
-def attention_implementations(platform: str | None = None) -> list[str | None]:
-    """The choices of ``sdaccel.models.attention.set_implementation`` that exist on ``platform``:
-    ``None`` (JAX picks) and ``"xla"`` everywhere, ``"cudnn"`` on NVIDIA GPUs."""
+def attention_implementations(platform: str | None = None) -> list[str]:
+    """The choices of ``sdaccel.models.attention.use`` that run natively on ``platform``: ``"xla"``
+    everywhere, ``"cudnn"`` on NVIDIA GPUs, the Pallas ``"splash"`` kernel on TPUs."""
     platform = platform or jax.default_backend()
-    return [None, "xla", "cudnn"] if platform == "gpu" else [None, "xla"]
-
-
-def splash_attention(q_len: int, kv_len: int, heads: int, interpret: bool = False):
-    """The Pallas TPU splash-attention kernel (``jax.experimental.pallas.ops.tpu.splash_attention``)
-    for unmasked attention, as a function of (batch, len, heads, head_dim) q, k, v like ours.
-
-    TPU only: the kernel is written for the TPU's vector and matrix units. It never builds the
-    full (q_len, kv_len) score matrix in HBM, streaming blocks of K and V through VMEM instead;
-    that matters for SDXL's 4096-token self-attention at 1024x1024. ``interpret=True`` runs the
-    kernel through the Pallas interpreter (any backend, very slow): only for checking it.
-    """
-    from jax.experimental.pallas.ops.tpu import splash_attention as splash
-
-    mask = splash.MultiHeadMask([splash.FullMask((q_len, kv_len)) for _ in range(heads)])
-    kernel = splash.make_splash_mha(mask, head_shards=1, q_seq_shards=1, interpret=interpret)
-
-    def attend(q, k, v):
-        q = q * (q.shape[-1] ** -0.5)  # the kernel does not scale the scores
-        q, k, v = (x.transpose(0, 2, 1, 3) for x in (q, k, v))  # (B, H, L, D)
-        return jax.vmap(kernel)(q, k, v).transpose(0, 2, 1, 3)
-
-    return attend
+    return ["xla", *({"gpu": ["cudnn"], "tpu": ["splash"]}.get(platform, []))]
 
 
 def time_attention(
-    batch: int, q_len: int, kv_len: int, heads: int, head_dim: int, dtype=jnp.bfloat16, repeats: int = 5
+    batch: int,
+    q_len: int,
+    kv_len: int,
+    heads: int,
+    head_dim: int,
+    dtype=jnp.bfloat16,
+    repeats: int = 5,
+    implementations: list[str] | None = None,
+    interpret: bool = False,
 ) -> dict[str, dict]:
-    """Time each attention implementation on one (batch, len, heads, head_dim) problem, and its
-    largest difference from the first (JAX's default). Splash attention is included on TPU only,
-    for lengths that its default 128-token blocks divide."""
+    """Time each attention implementation (:func:`attention_implementations`, or those named) on one
+    (batch, len, heads, head_dim) problem with the models' own ``attention`` function, and its
+    largest difference from the first. Splash attention runs its kernel only for lengths that its
+    128-token blocks divide (XLA otherwise); ``interpret=True`` runs the kernel in the Pallas
+    interpreter (any backend, very slow): only for checking it."""
     keys = jax.random.split(jax.random.key(0), 3)
     q = jax.random.normal(keys[0], (batch, q_len, heads, head_dim), dtype)
     k, v = (jax.random.normal(kk, (batch, kv_len, heads, head_dim), dtype) for kk in keys[1:])
-    candidates: dict[str, Callable] = {
-        str(name): jax.jit(
-            lambda q, k, v, name=name: jax.nn.dot_product_attention(q, k, v, implementation=name)
-        )
-        for name in attention_implementations()
-    }
-    if jax.default_backend() == "tpu" and q_len % 128 == 0 and kv_len % 128 == 0:  # its default blocks
-        candidates["splash (Pallas)"] = jax.jit(splash_attention(q_len, kv_len, heads))
     reference = None
     out = {}
-    for name, fn in candidates.items():
+    for name in implementations or attention_implementations():
+        impl = AttentionImpl(name, interpret=interpret)
+        fn = jax.jit(lambda q, k, v, impl=impl: attention(q, k, v, impl=impl))
         timing = time_calls(fn, q, k, v, repeats=repeats)
         result = fn(q, k, v).astype(jnp.float32)
         reference = result if reference is None else reference
         out[name] = {**timing.as_dict(), "max_abs_diff": float(jnp.abs(result - reference).max())}
     return out
-
-
-# ----------------------------------------------------------------------------------------------
-# The probe process
-# ----------------------------------------------------------------------------------------------
-
-
-def _probe(args) -> dict:
-    enable_compilation_cache(args.cache_dir)
-    with count_cache_events() as events:
-        if args.model is None:
-            fn, spec = probe_program()
-            compiled = aot_compile(fn, spec)
-        else:
-            from sdaccel.sharding import ShardedPipeline
-
-            pipe = ShardedPipeline.from_pretrained(
-                args.model, dtype=jnp.dtype(args.dtype), variant=args.variant, progress=False
-            )
-            compiled = pipe.warm(args.batch, args.height, args.width, args.steps)
-    return {
-        "lower_s": compiled.lower_s,
-        "compile_s": compiled.compile_s,
-        "cache_hits": events.hits,
-        "cache_misses": events.misses,
-        "flops": compiled.flops,
-        **device_summary(),
-    }
-
-
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    sub = parser.add_subparsers(dest="command", required=True)
-    probe = sub.add_parser("probe", help="compile one program with the persistent cache on; print JSON")
-    probe.add_argument("--cache-dir", required=True)
-    probe.add_argument(
-        "--model", default=None, help="a pipeline checkpoint; default: a small stand-in program"
-    )
-    probe.add_argument("--batch", type=int, default=1)
-    probe.add_argument("--height", type=int, default=1024)
-    probe.add_argument("--width", type=int, default=1024)
-    probe.add_argument("--steps", type=int, default=20)
-    probe.add_argument("--dtype", default="bfloat16")
-    probe.add_argument("--variant", default=None)
-    args = parser.parse_args(argv)
-    print(json.dumps(_probe(args)))
-
-
-if __name__ == "__main__":
-    main()

@@ -17,7 +17,9 @@ ones that the tests build:
 1. ``resolve_checkpoint`` turns a local folder or a hub id into a local folder, downloading only
    the files a pipeline needs (and the fp16 variant of the weights when asked for).
 2. ``WeightFile`` reads ``.safetensors`` files with ``mmap``: a tensor is a view of the file
-   until it is used, so loading never holds two full copies of the weights.
+   until it is used, so loading never holds two full copies of the weights. Each file's header is
+   checked first (``check_safetensors``): a truncated, empty or corrupt file is named, with the
+   way to get it back, instead of failing later with a bare ``struct.error``.
 3. ``load_weights`` fills a Flax NNX module from those tensors. Our modules name their
    attributes exactly as diffusers/transformers do (``down_blocks.0.resnets.1.conv1``), so the
    PyTorch key of every parameter is its NNX path with the leaf renamed, and the only layout work
@@ -37,6 +39,7 @@ from pathlib import Path
 
 import ml_dtypes
 import numpy as np
+from safetensors import SafetensorError, safe_open
 
 
 class CheckpointError(ValueError):
@@ -166,21 +169,95 @@ _DTYPES = {
 }
 
 
+_HUB_CACHE_REPO = re.compile(r"^models--(?P<org>[^/]+?)--(?P<name>[^/]+)$")
+
+
+def refetch_hint(path: Path) -> str:
+    """How to get a broken weight file back: download it again when it came from the hub cache
+    (``.../models--org--name/snapshots/...``), else remake the checkpoint folder it belongs to."""
+    path = Path(path)
+    for part in path.parts:
+        match = _HUB_CACHE_REPO.match(part)
+        if match:  # the cache keeps the broken blob: only a forced download replaces it
+            return f"download it again with `hf download {match['org']}/{match['name']} --force-download`"
+    checkpoint = path.parent.parent if (path.parent.parent / "model_index.json").is_file() else path.parent
+    return (
+        f"make the checkpoint {checkpoint} again: download it again (`hf download <org/name> "
+        "--force-download`), export it again (`export_pipeline(..., force=True)`), or, for a tiny "
+        "checkpoint, delete its folder and run `python -m sdaccel.tiny build/checkpoints`"
+    )
+
+
+def check_safetensors(path: str | os.PathLike) -> None:
+    """Raise :class:`CheckpointError`, naming the file and the fix, unless ``path`` is a whole
+    ``.safetensors`` file.
+
+    The safetensors library checks the header only (the file is memory-mapped, never read through):
+    the 8-byte header length lies within the file, the header is JSON, every dtype is known, every
+    tensor's ``data_offsets`` match its shape and dtype, the tensors tile the data area without
+    gaps or overlap, and the data area ends exactly at the end of the file (a truncated download
+    fails here). Our reader then also needs a dtype it can map to NumPy.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(
+            f"Missing weight file {path}: the checkpoint folder is incomplete; {refetch_hint(path)}."
+        )
+    size = path.stat().st_size
+    try:
+        with safe_open(str(path), framework="numpy") as f:
+            f.keys()
+    except SafetensorError as err:
+        reason = str(err).removeprefix("Error while deserializing header: ")
+        what = "is empty" if size == 0 else f"({size:,} bytes) is truncated or corrupt: {reason}"
+        raise CheckpointError(
+            f"Weight file {path} {what}. It is not a whole safetensors file (an interrupted download "
+            f"or export leaves one like this). Fix: {refetch_hint(path)}."
+        ) from err
+
+
+def check_weight_files(folder: str | os.PathLike, components: Iterable[str] | None = None) -> list[Path]:
+    """:func:`check_safetensors` on every ``.safetensors`` file of ``components`` (default: every
+    component folder) of a checkpoint, and return them. Header reads only: a few milliseconds per
+    file, so a loader that hands the files to another library (diffusers, OpenVINO's converter)
+    can name a broken file before it starts."""
+    base = Path(folder)
+    dirs = (
+        [base / c for c in components]
+        if components is not None
+        else [p for p in base.iterdir() if p.is_dir()]
+    )
+    files = sorted(f for d in dirs if d.is_dir() for f in d.glob("*.safetensors"))
+    for f in files:
+        check_safetensors(f)
+    return files
+
+
 class WeightFile:
     """One ``.safetensors`` file, memory-mapped.
 
     The format is an 8-byte little-endian header length, a JSON header mapping each tensor name
-    to its dtype, shape and byte range, then the raw bytes. ``get`` returns a read-only numpy
-    view into the mapped file, so nothing is copied until the caller converts it.
+    to its dtype, shape and byte range, then the raw bytes. The header is validated first
+    (:func:`check_safetensors`). ``get`` returns a read-only numpy view into the mapped file, so
+    nothing is copied until the caller converts it.
     """
 
     def __init__(self, path: str | os.PathLike):
         self.path = Path(path)
+        check_safetensors(self.path)
         with open(self.path, "rb") as f:
             (header_len,) = struct.unpack("<Q", f.read(8))
             header = json.loads(f.read(header_len))
             self._map = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
         self.metadata = header.pop("__metadata__", {}) or {}
+        unknown = {k: e["dtype"] for k, e in header.items() if e["dtype"] not in _DTYPES}
+        if unknown:
+            raise CheckpointError(
+                f"Weight file {self.path} holds tensors of dtypes this reader does not map to NumPy "
+                f"({dict(list(unknown.items())[:3])}; it reads {', '.join(_DTYPES)}). Convert the weights "
+                "to float32, float16 or bfloat16 with diffusers (`save_pretrained`), or load a variant "
+                "that has them (variant=None or 'fp16')."
+            )
         self._entries = header
         self._data_start = 8 + header_len
 

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 
 import jax
 import numpy as np
+from jax.experimental import multihost_utils
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
@@ -175,17 +176,21 @@ def gather(tree, to: str = "all"):
     if jax.process_count() == 1:
         host = jax.tree.map(np.asarray, tree)
     else:
-        from jax.experimental import multihost_utils
-
         host = multihost_utils.process_allgather(tree, tiled=True)
     return host if to == "all" or is_main_process() else None
+
+
+def broadcast_from_main(x: np.ndarray) -> np.ndarray:
+    """Process 0's value of ``x`` on every process (``x`` must have the same shape and dtype
+    everywhere); on one process, ``x`` itself."""
+    if jax.process_count() == 1:
+        return np.asarray(x)
+    return np.asarray(multihost_utils.broadcast_one_to_all(np.asarray(x)))
 
 
 def barrier(name: str) -> None:
     """Wait until every process reaches the barrier called ``name`` (no-op on one process)."""
     if jax.process_count() > 1:
-        from jax.experimental import multihost_utils
-
         multihost_utils.sync_global_devices(name)
 
 

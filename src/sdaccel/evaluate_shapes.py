@@ -105,50 +105,19 @@ def run_openvino(pipe, prompts, latents, steps: int, guidance_scale: float, size
     out = pipe.generate(
         list(prompts), steps=steps, guidance_scale=guidance_scale, height=size, width=size, latents=latents
     )
-    return _uint8(out.arrays)
-
-
-def calibrate_on_training_captions(
-    pipe,
-    out_dir: Path,
-    steps: int,
-    guidance_scale: float,
-    size: int,
-    prompts: int = 16,
-    samples: int = 64,
-    seed: int = 0,
-    progress: bool = False,
-):
-    """INT8 calibration data for a shapes checkpoint: the f32 ``pipe``'s UNet inputs over
-    ``prompts`` *training* captions (never the held-out ones that are evaluated), a reservoir of
-    ``samples`` spread over the prompts and steps, streamed to ``out_dir``
-    (:func:`sdaccel.cpu.quantize.collect_unet_inputs`)."""
-    from sdaccel.cpu.quantize import collect_unet_inputs
-
-    return collect_unet_inputs(
-        pipe,
-        shapes.prompts(prompts, seed=seed + 1, split="train"),
-        steps=steps,
-        num_samples=samples,
-        guidance_scale=guidance_scale,
-        height=size,
-        width=size,
-        seed=seed,
-        out_dir=out_dir,
-        progress=progress,
-    )
+    return _uint8(out.array)
 
 
 def quantize_unet(
     pipe, unet_xml: Path, work: Path, variants, steps: int, guidance_scale: float, size: int, seed: int = 0
 ) -> dict[str, Path]:
-    """Each INT8 variant of ``unet_xml``, calibrated by :func:`calibrate_on_training_captions`
-    (16 training captions, 64 samples)."""
+    """Each INT8 variant of ``unet_xml``, calibrated by
+    :func:`sdaccel.cpu.quantize.calibrate_on_training_captions` (16 training captions, 64 samples)."""
     from sdaccel.cpu import quantize
 
     calibration = None
     if any(v != "int8_weights" for v in variants):
-        calibration = calibrate_on_training_captions(
+        calibration = quantize.calibrate_on_training_captions(
             pipe, work / "calibration", steps, guidance_scale, size, seed=seed
         )
     out = {}

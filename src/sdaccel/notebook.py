@@ -2,37 +2,116 @@
 
 Each notebook writes what it measured to ``OUTPUT_DIR/results.json`` through :class:`Results`,
 as soon as it is measured. The tests read that file, so they assert on what the notebook
-really computed; a re-run updates the file key by key and never silently drops earlier keys.
+really computed. Within one Jupyter session, re-running a cell updates the file key by key. A new
+run by ``sdaccel.run_notebooks`` starts with an empty ``OUTPUT_DIR`` (the earlier one is kept as
+``<OUTPUT_DIR>.previous``), so no key of an earlier run can pass for a new result.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
+import re
+import warnings
 from pathlib import Path
 
-#: The first code cell of every notebook (a test checks that they are all this exact text).
-#: On Colab or a fresh TPU VM it installs this repository's package and requirements; where
-#: ``sdaccel`` is already importable (a set-up checkout, CI) it does nothing.
-SETUP_CELL = """\
-# Setup: on Colab or a fresh Cloud TPU VM, install this repo's helper package and its pinned
-# requirements; where they are already installed (a set-up checkout, CI) this cell does nothing.
+#: The repository's address: the setup cell clones it on Colab, the README's "Open in Colab"
+#: badges point at it, and pyproject.toml's ``[project.urls]`` names it (a test keeps the three equal).
+REPOSITORY_URL = "https://github.com/sdaccel/sd-fast-tutorial"
+
+#: The first code cell of every notebook (a test checks that they are all this exact text). It runs
+#: before this package is installed, so it repeats :data:`REPOSITORY_URL` as text. On Colab it
+#: installs the package and ``requirements-colab.txt`` and, when that replaced a module Colab had
+#: already imported, restarts the runtime itself (Colab's known pattern: the kernel kills itself
+#: and Colab starts a fresh one). Where ``sdaccel`` is installed it does nothing; anywhere else it
+#: names the README's steps.
+SETUP_CELL = f"""\
+# Setup: on Colab, install this repository's package and requirements-colab.txt (about 2 minutes).
+# Where sdaccel is already installed (make setup, a TPU VM set up as in the README) it does nothing.
+import importlib
 import importlib.util
 import os
 import subprocess
 import sys
 
+REPOSITORY = "{REPOSITORY_URL}"
 if importlib.util.find_spec("sdaccel") is None:
-    root = next((p for p in (".", "..") if os.path.exists(os.path.join(p, "pyproject.toml"))), None)
-    if root is None:  # opened on its own (Colab): fetch the repository first
-        root = "sd-fast-tutorial"
-        repo = os.environ.get("SDACCEL_REPO", "https://github.com/sdaccel/sd-fast-tutorial.git")
-        subprocess.run(["git", "clone", "--depth", "1", repo, root], check=True)
+    if "google.colab" not in sys.modules:
+        raise RuntimeError(
+            "The sdaccel package is not installed in this kernel. Follow the README's 'Where to run' "
+            "(make setup, then make lab; or pip install -r requirements-cpu.txt -e .)."
+        )
+    root = "/content/sd-fast-tutorial"
+    if not os.path.isdir(root):
+        subprocess.run(["git", "clone", "--depth", "1", REPOSITORY, root], check=True)
     on_tpu = os.path.exists("/dev/accel0") or os.path.exists("/dev/vfio/0")
-    reqs = os.path.join(root, "requirements-tpu.txt" if on_tpu else "requirements-cpu.txt")
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "-r", reqs, "-e", root], check=True)
-    print("Installed sdaccel; on Colab, restart the runtime once (Runtime > Restart) and run on.")"""
+    extra = ["jax[tpu]==0.10.2"] if on_tpu else []
+    reqs = [sys.executable, "-m", "pip", "install", "-q", "-r", f"{{root}}/requirements-colab.txt"]
+    subprocess.run([*reqs, *extra, root], check=True)
+    importlib.invalidate_caches()
+    replaced = {{"jax", "jaxlib", "flax", "transformers", "diffusers", "huggingface_hub"}} & set(sys.modules)
+    if replaced:  # a module imported before the install is stale: restart once, then Run all again
+        print(f"Installed; restarting the runtime ({{sorted(replaced)}} were loaded). Run all again.")
+        os.kill(os.getpid(), 9)
+    print("Installed sdaccel and requirements-colab.txt; no restart needed.")"""
+
+
+#: Messages of our libraries that a notebook cannot act on, silenced by :func:`quiet` (by exact
+#: text, nothing broader): (logger name or ``"warnings"``, the message's fixed start).
+KNOWN_NOISE = (
+    # OpenVINO's convert_model walks every property of a transformers model while tracing it,
+    # including this deprecated alias; our code never calls it.
+    ("warnings", "`is_gradient_checkpointing` is deprecated and will be removed in v6."),
+    # the same walk reads `loss_function` of CLIP's text model, which has no loss
+    ("transformers.modeling_utils", "`loss_type=None` was set in the config but it is unrecognized."),
+    # diffusers' pipeline modules import CLIP's and SigLIP's image processors; we use neither,
+    # and torchvision is left out on purpose (PyPI's build fails beside the CPU torch 2.13.0)
+    ("transformers.utils.import_utils", "`CLIPImageProcessor` requires torchvision (not installed)"),
+    ("transformers.utils.import_utils", "`SiglipImageProcessor` requires torchvision (not installed)"),
+    # diffusers' reference pipeline in notebook 04 is loaded without SD 1.5's safety checker (it is
+    # never downloaded); passing requires_safety_checker=False in sdaccel.cpu.pipeline.run_diffusers
+    # would say so to diffusers, and make this entry unnecessary
+    (
+        "diffusers.pipelines.stable_diffusion.pipeline_stable_diffusion",
+        "You have disabled the safety checker for",
+    ),
+)
+
+
+class _DropMessages(logging.Filter):
+    def __init__(self, starts: list[str]):
+        super().__init__()
+        self.starts = tuple(starts)
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith(self.starts)
+
+
+def quiet() -> None:
+    """Keep the notebooks' outputs to what a reader needs (the profile cell of every notebook calls it).
+
+    - Child processes (quantization and timing in ``sdaccel.processes``) inherit the kernel's
+      ``FORCE_COLOR=1``, which ipykernel sets, and would draw rich's live progress bars (NNCF's)
+      as escape codes into the cell; ``TTY_COMPATIBLE=0`` tells rich that their output is no
+      terminal, so each bar prints once, finished.
+    - The messages of :data:`KNOWN_NOISE`, which no code of ours can avoid, are dropped by exact
+      text. Every other warning still shows.
+
+    Calling it again adds nothing.
+    """
+    os.environ["TTY_COMPATIBLE"] = "0"
+    by_logger: dict[str, list[str]] = {}
+    for where, start in KNOWN_NOISE:
+        if where == "warnings":
+            warnings.filterwarnings("ignore", message=re.escape(start))
+        else:
+            by_logger.setdefault(where, []).append(start)
+    for name, starts in by_logger.items():
+        logger = logging.getLogger(name)
+        logger.filters = [f for f in logger.filters if not isinstance(f, _DropMessages)]
+        logger.addFilter(_DropMessages(starts))
 
 
 def _jsonable(value):

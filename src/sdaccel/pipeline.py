@@ -37,7 +37,24 @@ import numpy as np
 from flax import nnx
 
 from sdaccel import schedulers, text
+from sdaccel.bench import AOTCache
 from sdaccel.checkpoint import COMPONENT_PATTERNS, CheckpointError, read_config, read_json, resolve_checkpoint
+from sdaccel.contract import (
+    SEED_LIMIT,
+    Defaults,
+    GenerationResult,
+    Request,
+    check_inputs,
+    make_timings,
+    to_pil,
+    unscale_latents,
+    vae_scale_factor,
+)
+from sdaccel.models import attention
+from sdaccel.models.unet import load_unet
+from sdaccel.models.vae import load_vae
+
+SDXL_CLASS, SD_CLASS = "StableDiffusionXLPipeline", "StableDiffusionPipeline"
 
 #: The dtypes the models may run in. The VAE stays float32 when its config says ``force_upcast``.
 SUPPORTED_DTYPES = (jnp.float32, jnp.bfloat16, jnp.float16)
@@ -63,17 +80,6 @@ class Conditioning:
     time_ids: jax.Array | None = None
 
 
-@dataclasses.dataclass
-class GenerationResult:
-    """images: one PIL image per prompt. array: the same, (B, H, W, 3) float32 in [0, 1].
-    timings: seconds; ``compile_s`` (0 when every program was already compiled) is kept apart
-    from ``run_s`` (encode + denoise + decode), and ``per_image_s = run_s / B``."""
-
-    images: list
-    array: np.ndarray
-    timings: dict
-
-
 @functools.partial(jax.jit, static_argnums=(2,))
 def initial_noise(seed: int | jax.Array, indices: jax.Array, shape: tuple[int, int, int]) -> jax.Array:
     """Standard normal latents (len(indices), h, w, c) in float32, image ``k`` drawn from
@@ -83,30 +89,22 @@ def initial_noise(seed: int | jax.Array, indices: jax.Array, shape: tuple[int, i
     return jax.vmap(lambda k: jax.random.normal(jax.random.fold_in(key, k), shape, jnp.float32))(indices)
 
 
-class CompiledCache:
-    """``jax.jit(fn)``, compiled explicitly (``lower(...).compile()``) once per input signature,
-    so that the time spent compiling is measured apart from the time spent running.
-
-    ``compile_s`` accumulates the compile seconds; read and reset it around a call.
-    """
-
-    def __init__(self, fn: Callable, **jit_kwargs):
-        self.jitted = jax.jit(fn, **jit_kwargs)
-        self.cache: dict = {}
-        self.compile_s = 0.0
-
-    @staticmethod
-    def signature(args) -> tuple:
-        leaves, treedef = jax.tree.flatten(args)
-        return treedef, tuple((np.shape(x), jnp.result_type(x), getattr(x, "sharding", None)) for x in leaves)
-
-    def __call__(self, *args):
-        key = self.signature(args)
-        if key not in self.cache:
-            start = time.perf_counter()
-            self.cache[key] = self.jitted.lower(*args).compile()
-            self.compile_s += time.perf_counter() - start
-        return self.cache[key](*args)
+def read_defaults(path_or_id: str | os.PathLike) -> Defaults:
+    """A checkpoint's :class:`~sdaccel.contract.Defaults` from its configs alone (no weights are
+    read, and from the hub only the config files are fetched): what ``Pipeline.from_pretrained``
+    would give ``pipe.defaults``, so that a caller can check its inputs before loading."""
+    folder = resolve_checkpoint(path_or_id, components=[])
+    index = read_json(folder / "model_index.json")
+    unet, vae, scheduler = (read_config(folder, name) for name in ("unet", "vae", "scheduler"))
+    if "block_out_channels" not in unet or "block_out_channels" not in vae:
+        raise CheckpointError(f"{folder}: the unet or vae config has no block_out_channels.")
+    return Defaults.from_checkpoint(
+        index,
+        unet.get("sample_size"),
+        len(unet["block_out_channels"]),
+        vae_scale_factor(vae["block_out_channels"]),
+        scheduler.get("num_train_timesteps", 1000),
+    )
 
 
 def _check_dtype(dtype):
@@ -125,7 +123,13 @@ class Pipeline:
     """
 
     def __init__(
-        self, prompt_encoder: text.PromptEncoder, unet, vae, scheduler: schedulers.Scheduler, folder=None
+        self,
+        prompt_encoder: text.PromptEncoder,
+        unet,
+        vae,
+        scheduler: schedulers.Scheduler,
+        folder=None,
+        model_index: dict | None = None,
     ):
         self.folder = folder
         self.prompt_encoder = prompt_encoder
@@ -134,7 +138,17 @@ class Pipeline:
         self.is_sdxl = unet.config.addition_embed_type == "text_time"
         if self.is_sdxl != prompt_encoder.is_sdxl:
             raise CheckpointError("The UNet's addition_embed_type and the number of text encoders disagree.")
-        self.vae_scale_factor = 2 ** (len(vae.config.block_out_channels) - 1)
+        self.vae_scale_factor = vae_scale_factor(vae.config.block_out_channels)
+        if model_index is None:
+            model_index = {"_class_name": SDXL_CLASS if self.is_sdxl else SD_CLASS}
+        #: What a call leaves out, and the limits of its inputs (:mod:`sdaccel.contract`).
+        self.defaults = Defaults.from_checkpoint(
+            model_index,
+            unet.config.sample_size,
+            len(unet.config.block_out_channels),
+            self.vae_scale_factor,
+            scheduler.config.num_train_timesteps,
+        )
         self.dtypes = {"text": prompt_encoder.dtype, "unet": unet.dtype, "vae": vae.dtype}
         self._unet_graphdef, unet_params = nnx.split(unet)
         self._vae_graphdef, vae_params = nnx.split(vae)
@@ -184,9 +198,6 @@ class Pipeline:
           sharding: maps ``(component, parameter path)`` to a ``jax.sharding.Sharding``, used as
             each weight is placed on the devices (component: ``unet``, ``vae``, ``text_encoder``...).
         """
-        from sdaccel.models.unet import load_unet
-        from sdaccel.models.vae import load_vae
-
         dtype = _check_dtype(dtype)
         index = read_json(resolve_checkpoint(path_or_id, components=[]) / "model_index.json")
         components = [
@@ -228,14 +239,29 @@ class Pipeline:
             variant=variant,
         )
         sched = schedulers.from_config(read_config(folder, "scheduler"), kind=scheduler)
-        return cls(prompt_encoder, unet, vae, sched, folder=folder)
+        return cls(prompt_encoder, unet, vae, sched, folder=folder, model_index=index)
 
     def set_jit_options(self, *, denoise: dict | None = None, encode: dict | None = None) -> None:
         """(Re)build the two compiled functions with these ``jax.jit`` keyword arguments
         (``in_shardings``, ``out_shardings``, ``donate_argnums``...) and drop what was compiled.
         This is the hook for running the pipeline sharded over a device mesh."""
-        self._denoise = CompiledCache(self.denoise_and_decode, **(denoise or {}))
-        self._encode = CompiledCache(self.prompt_encoder.encode_ids, **(encode or {}))
+        self._denoise = AOTCache(self.denoise_and_decode, **(denoise or {}))
+        self._encode = AOTCache(self.prompt_encoder.encode_ids, **(encode or {}))
+
+    def use_attention(self, name: str, *, mesh=None, interpret: bool | None = None) -> None:
+        """Compute every attention of the UNet and the VAE with ``name`` (``"xla"``, ``"cudnn"``,
+        ``"splash"``: see :func:`sdaccel.models.attention.use`) from the next call on, and drop the
+        compiled denoise-and-decode programs (the choice is part of the models' structure)."""
+        for key in ("unet", "vae"):
+            graphdef = getattr(self, f"_{key}_graphdef")
+            model = attention.use(nnx.merge(graphdef, self.params[key]), name, mesh=mesh, interpret=interpret)
+            graphdef, self.params[key] = nnx.split(model)
+            setattr(self, f"_{key}_graphdef", graphdef)
+        self._denoise.clear()
+
+    def attention_implementations(self) -> set[str]:
+        """The attention implementations the UNet and the VAE use now."""
+        return attention.implementations(self.unet) | attention.implementations(self.vae)
 
     # ------------------------------------------------------------------------------------------
     # The compiled program
@@ -298,32 +324,50 @@ class Pipeline:
         return jnp.clip(images.astype(jnp.float32) / 2 + 0.5, 0.0, 1.0)
 
     def unscale_latents(self, latents: jax.Array) -> jax.Array:
-        """Diffusion latents -> VAE latents: ``/ scaling_factor`` (and the per-channel
-        ``latents_mean`` / ``latents_std`` when the VAE config has them), as diffusers does."""
+        """Diffusion latents -> VAE latents (:func:`sdaccel.contract.unscale_latents`, NHWC)."""
         cfg = self.vae_config
-        if cfg.latents_mean is not None and cfg.latents_std is not None:
-            mean, std = jnp.asarray(cfg.latents_mean), jnp.asarray(cfg.latents_std)
-            return latents * std / cfg.scaling_factor + mean
-        return latents / cfg.scaling_factor
+        return unscale_latents(
+            latents, cfg.scaling_factor, cfg.latents_mean, cfg.latents_std, channel_axis=-1
+        )
 
     # ------------------------------------------------------------------------------------------
     # Inputs
     # ------------------------------------------------------------------------------------------
 
-    def default_size(self) -> tuple[int, int]:
-        """(height, width) the UNet was trained at: ``sample_size * vae_scale_factor``."""
-        size = self.unet_config.sample_size or 128
-        h, w = (size, size) if isinstance(size, int) else size
-        return h * self.vae_scale_factor, w * self.vae_scale_factor
-
     def latent_shape(self, height: int, width: int) -> tuple[int, int, int]:
+        """(h, w, C) of the latents of a ``height`` x ``width`` image (a size that
+        :func:`~sdaccel.contract.check_inputs` accepted)."""
         f = self.vae_scale_factor
-        if height % f or width % f or height <= 0 or width <= 0:
-            raise ValueError(
-                f"height and width must be positive multiples of {f} (the VAE's downsampling factor); "
-                f"got {height}x{width}. Try {max(f, height // f * f)}x{max(f, width // f * f)}."
-            )
         return height // f, width // f, self.unet_config.in_channels
+
+    def check_inputs(
+        self,
+        prompts,
+        negative_prompts=None,
+        steps=None,
+        guidance_scale=None,
+        height=None,
+        width=None,
+        seed=0,
+        *,
+        first_index: int = 0,
+    ) -> Request:
+        """The contract's :func:`~sdaccel.contract.check_inputs` against this checkpoint's
+        defaults, plus the JAX front-ends' ``first_index``: every image's noise index
+        ``first_index + k`` must be a 32-bit ``fold_in`` index. Nothing is compiled or run."""
+        request = check_inputs(
+            prompts, negative_prompts, steps, guidance_scale, height, width, seed, defaults=self.defaults
+        )
+        if (
+            not isinstance(first_index, int | np.integer)
+            or isinstance(first_index, bool)
+            or not 0 <= first_index <= SEED_LIMIT - request.batch
+        ):
+            raise ValueError(
+                f"first_index must be an integer from 0 to 2**32 - {request.batch} (the batch), so that "
+                f"every image's noise index first_index + k fits 32 bits; got {first_index!r}."
+            )
+        return request
 
     def conditioning(
         self,
@@ -356,25 +400,28 @@ class Pipeline:
         self,
         prompts: str | Sequence[str],
         negative_prompts: str | Sequence[str] | None = None,
-        steps: int = 20,
-        guidance_scale: float = 5.0,
+        steps: int | None = None,
+        guidance_scale: float | None = None,
         height: int | None = None,
         width: int | None = None,
         seed: int = 0,
+        *,
         first_index: int = 0,
         latents: jax.Array | np.ndarray | None = None,
         original_size: tuple[int, int] | None = None,
         crops_coords_top_left: tuple[int, int] = (0, 0),
         target_size: tuple[int, int] | None = None,
     ) -> GenerationResult:
-        """One image per prompt.
+        """One image per prompt, on the contract of :mod:`sdaccel.contract` (the inputs are checked
+        before anything is compiled; what is left out comes from :attr:`defaults`).
 
         Args:
-          prompts: a string or a list of B strings.
+          prompts: a string (one image) or a non-empty list of strings.
           negative_prompts: None, one string for all, or a list of B strings. For SDXL, None
             means zero embeddings (``force_zeros_for_empty_prompt``) and ``""`` the encoded empty text.
           steps: sampling steps. guidance_scale: classifier-free guidance; <= 1 turns it off.
-          height, width: multiples of 8; default: the UNet's training size (1024 for SDXL).
+          height, width: multiples of ``defaults.size_multiple``; default: the UNet's training
+            size (1024 for SDXL).
           seed, first_index: image k of this call starts from the noise of global index
             ``first_index + k``, ``fold_in(key(seed), first_index + k)`` (see :func:`initial_noise`):
             a batch split over several calls gives the same images as one call.
@@ -382,32 +429,32 @@ class Pipeline:
             by ``init_noise_sigma``: pass the same array as diffusers' ``latents``, transposed).
           original_size, crops_coords_top_left, target_size: SDXL's size conditioning, (height,
             width) pairs; the defaults (the output size, no crop) are diffusers'.
+
+        Returns:
+          :class:`~sdaccel.contract.GenerationResult`: ``images``, ``array`` (B, H, W, 3) and
+          ``timings`` (the contract's keys; ``compile_s`` is 0 when every program was compiled).
         """
-        prompts = [prompts] if isinstance(prompts, str) else list(prompts)
-        if not prompts:
-            raise ValueError("Pass at least one prompt.")
-        if negative_prompts is not None:
-            text.normalize_negative_prompts(negative_prompts, len(prompts))  # fail before compiling
-        default_h, default_w = self.default_size()
-        height, width = height or default_h, width or default_w
-        shape = self.latent_shape(height, width)
+        request = self.check_inputs(
+            prompts, negative_prompts, steps, guidance_scale, height, width, seed, first_index=first_index
+        )
+        shape = self.latent_shape(request.height, request.width)
         if latents is None:
-            latents = initial_noise(seed, jnp.arange(first_index, first_index + len(prompts)), shape)
-        elif tuple(latents.shape) != (len(prompts), *shape):
+            latents = initial_noise(request.seed, jnp.arange(first_index, first_index + request.batch), shape)
+        elif tuple(latents.shape) != (request.batch, *shape):
             raise ValueError(
-                f"latents have shape {tuple(latents.shape)}, expected {(len(prompts), *shape)} "
+                f"latents have shape {tuple(latents.shape)}, expected {(request.batch, *shape)} "
                 f"(batch, height/{self.vae_scale_factor}, width/{self.vae_scale_factor}, channels), channels-last."
             )
-        state = self.scheduler.set_timesteps(steps)
+        state = self.scheduler.set_timesteps(request.steps)
 
         encode_compile, denoise_compile = self._encode.compile_s, self._denoise.compile_s
         start = time.perf_counter()
         cond = self.conditioning(
-            prompts,
-            negative_prompts,
-            guidance_scale,
-            height,
-            width,
+            request.prompts,
+            request.negative_prompts,
+            request.guidance_scale,
+            request.height,
+            request.width,
             original_size,
             crops_coords_top_left,
             target_size,
@@ -415,27 +462,26 @@ class Pipeline:
         jax.block_until_ready(cond)
         encoded = time.perf_counter()
         images = self._denoise(
-            self.params, state, cond, jnp.asarray(latents, jnp.float32), jnp.float32(guidance_scale)
+            self.params, state, cond, jnp.asarray(latents, jnp.float32), jnp.float32(request.guidance_scale)
         )
         array = np.asarray(jax.block_until_ready(images))
         end = time.perf_counter()
 
         encode_compile = self._encode.compile_s - encode_compile
         denoise_compile = self._denoise.compile_s - denoise_compile
-        compile_s = encode_compile + denoise_compile
-        run_s = end - start - compile_s
-        timings = {
-            "compile_s": compile_s,
-            "run_s": run_s,
-            "per_image_s": run_s / len(prompts),
-            "encode_s": encoded - start - encode_compile,
-            "denoise_decode_s": end - encoded - denoise_compile,
-            "batch": len(prompts),
-            "steps": steps,
-            "height": height,
-            "width": width,
-        }
+        timings = make_timings(
+            compile_s=encode_compile + denoise_compile,
+            run_s=end - start - encode_compile - denoise_compile,
+            encode_s=encoded - start - encode_compile,
+            denoise_decode_s=end - encoded - denoise_compile,
+            images=request.batch,
+            steps=request.steps,
+            height=request.height,
+            width=request.width,
+        )
         return GenerationResult(to_pil(array), array, timings)
+
+    __call__ = generate
 
 
 def describe_unet(config, latent_height: int, latent_width: int) -> list[dict]:
@@ -474,23 +520,3 @@ def describe_unet(config, latent_height: int, latent_width: int) -> list[dict]:
         for i, kind in enumerate(config.up_block_types)
     ]
     return rows
-
-
-def image_grid(images: Sequence, cols: int | None = None):
-    """Paste PIL images (all the same size) into one grid image, ``cols`` per row."""
-    from PIL import Image
-
-    cols = cols or min(len(images), 4)
-    rows = -(-len(images) // cols)
-    w, h = images[0].size
-    grid = Image.new("RGB", (cols * w, rows * h), "white")
-    for i, img in enumerate(images):
-        grid.paste(img, ((i % cols) * w, (i // cols) * h))
-    return grid
-
-
-def to_pil(images: np.ndarray) -> list:
-    """(B, H, W, 3) floats in [0, 1] -> PIL images, rounded as diffusers' ``numpy_to_pil``."""
-    from PIL import Image
-
-    return [Image.fromarray(img) for img in (images * 255).round().astype(np.uint8)]

@@ -4,19 +4,21 @@
     python -m sdaccel.run_notebooks --profile full           # the notebooks' own defaults
     python -m sdaccel.run_notebooks --profile smoke --only 01 --only 02
 
-Profiles:
+Profiles (``sdaccel.profiles``, the one place that defines them, also for ``make lab``):
 
-- ``smoke``: every notebook's own smoke overrides, kept in its metadata under
-  ``sdaccel.profiles.smoke`` (small images, few steps, and a small checkpoint: ``{checkpoints}/...``
-  names the random-weight ones that ``sdaccel.tiny`` builds, ``{repo}/...`` a folder of this
-  repository such as the trained ``checkpoints/tiny-shapes-sdxl``), and a kernel that sees 8
-  simulated CPU devices. It is what CI and the tests run.
+- ``smoke``: each notebook's smoke overrides (:data:`sdaccel.profiles.SMOKE`: small images, few
+  steps, and the trained 1 M-parameter checkpoints ``checkpoints/tiny-shapes-*``), injected by
+  papermill, and a kernel that sees 8 simulated CPU devices. It is what CI and the tests run.
 - ``full``: no overrides: the real models, on whatever hardware this is.
 
 Executed copies go to ``build/<profile>/`` (never into ``notebooks/``), and each notebook writes
-its measurements to ``build/<profile>/outputs/<notebook>/results.json``. A notebook whose
-executed copy already exists is re-run, and the old copy is kept as ``<name>.previous.ipynb`` so
-that a re-run never destroys a result without saying so.
+its measurements to ``build/<profile>/outputs/<notebook>/results.json``.
+
+Every run starts from an empty output folder, so a key that a notebook no longer writes cannot
+survive from an earlier run. Nothing is lost either: a re-run keeps the earlier executed copy as
+``<name>.previous.ipynb`` and moves the earlier output folder whole to ``outputs/<notebook>.previous/``.
+Only the folders in :data:`REUSED` come back into the new folder: exports that the notebooks check
+and reuse when they are complete and made from the same source.
 """
 
 from __future__ import annotations
@@ -31,21 +33,97 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
+from sdaccel import profiles
+
+REPO = profiles.REPO
 NOTEBOOKS = REPO / "notebooks"
-PROFILES = ("smoke", "full")
+PROFILES = profiles.PROFILES
 
 #: Environment of the notebook kernels, per profile.
-PROFILE_ENV = {
-    "smoke": {
-        "XLA_FLAGS": "--xla_force_host_platform_device_count=8",
-        "JAX_PLATFORMS": "cpu",
-        "HF_HUB_OFFLINE": "1",
-        "TOKENIZERS_PARALLELISM": "false",
-        "MPLBACKEND": "agg",
-    },
-    "full": {},
-}
+PROFILE_ENV = profiles.KERNEL_ENV
+
+
+#: Added to the kernel's environment when this runner executes a notebook: an executed copy is a
+#: static document, where a progress bar (a widget in Jupyter) would only show its first state.
+#: In Jupyter (``make lab``) the bars stay.
+BATCH_ENV = {"TQDM_DISABLE": "1"}
+
+#: Subfolders of a notebook's output folder that a re-run reuses: the OpenVINO exports of
+#: notebooks 04 and 05, which ``export_pipeline`` reuses only when complete and exported from the
+#: same source (and re-exports otherwise). Everything else starts empty on every run.
+REUSED = ("openvino",)
+
+
+#: Standard-error text that an executed notebook may show (each an exact start). Everything else
+#: on stderr is noise that a reader has to ignore, and :func:`noisy_outputs` reports it.
+ALLOWED_STDERR: tuple[str, ...] = ()
+#: Terminal control other than colours (``ESC[...m``, which Jupyter and the docs render, e.g. in
+#: ``jax.debug.visualize_array_sharding``): cursor moves and line erases of live progress bars.
+_CONTROL = re.compile(r"\x1b\[(?![\d;]*m)")
+_WARNING = re.compile(r"\b[A-Z]\w*Warning\b|^WARNING\b|warnings\.warn\(", re.M)
+
+#: Phrases of development notes that have no place in a notebook a reader runs (a test checks the
+#: notebooks and their executed copies; lower case, matched case-insensitively).
+BANNED_PHRASES = (
+    "the issue",
+    "issue's",
+    "target (",
+    "speed target",
+    "load average",
+    "development vm",
+    "development machine",
+    "shared with other jobs",
+    "this project's machine",
+    "shared 2-core vm",
+)
+
+
+def noisy_outputs(nb: dict) -> list[str]:
+    """Outputs of an executed notebook (as JSON) that a reader would have to ignore: standard error
+    outside :data:`ALLOWED_STDERR`, terminal control codes (live progress bars), and warning text.
+    One line each."""
+    problems = []
+    for i, cell in enumerate(nb.get("cells", [])):
+        for out in cell.get("outputs", []):
+            if out.get("output_type") == "stream":
+                text = "".join(out.get("text", ""))
+            elif out.get("output_type") in ("execute_result", "display_data"):
+                text = "".join(out.get("data", {}).get("text/plain", ""))
+            else:
+                continue
+            if out.get("name") == "stderr" and text.strip() and not text.lstrip().startswith(ALLOWED_STDERR):
+                problems.append(f"cell {i}: stderr {text.strip()[:160]!r}")
+            elif _CONTROL.search(text):
+                problems.append(f"cell {i}: terminal control codes {text.strip()[:80]!r}")
+            elif _WARNING.search(text):
+                problems.append(f"cell {i}: warning {text.strip()[:160]!r}")
+    return problems
+
+
+def cells_without_figures(nb: dict) -> list[int]:
+    """Indices of the code cells that call ``plt.show()`` at their top level but have no
+    ``image/png`` output (the figure was drawn but not shown inline)."""
+    missing = []
+    for i, cell in enumerate(nb.get("cells", [])):
+        src = "".join(cell.get("source", ""))
+        if cell.get("cell_type") == "code" and re.search(r"^plt\.show\(\)", src, re.M):
+            if not any("image/png" in out.get("data", {}) for out in cell.get("outputs", [])):
+                missing.append(i)
+    return missing
+
+
+def banned_phrases(nb: dict) -> list[str]:
+    """``cell i: phrase`` for each :data:`BANNED_PHRASES` in a notebook's sources and text outputs."""
+    found = []
+    for i, cell in enumerate(nb.get("cells", [])):
+        texts = ["".join(cell.get("source", ""))]
+        for out in cell.get("outputs", []):
+            texts.append("".join(out.get("text", "")))
+            for kind in ("text/plain", "text/markdown", "text/html"):
+                texts.append("".join(out.get("data", {}).get(kind, "")))
+        lowered = "\n".join(texts).lower()
+        found += [f"cell {i}: {phrase!r}" for phrase in BANNED_PHRASES if phrase in lowered]
+    return found
 
 
 class NotebookFailed(RuntimeError):
@@ -58,6 +136,7 @@ class Run:
     executed: Path
     output_dir: Path
     seconds: float
+    started: float = 0.0  #: wall-clock time (``time.time()``) when the execution began
 
 
 def discover(notebook_dir: Path = NOTEBOOKS) -> list[Path]:
@@ -76,20 +155,11 @@ def select(notebooks: list[Path], only: list[str] | None) -> list[Path]:
 
 
 def profile_parameters(notebook: Path, profile: str, checkpoints: Path, output_dir: Path) -> dict:
-    """The papermill parameters of ``notebook`` under ``profile``."""
+    """The papermill parameters of ``notebook`` under ``profile``: :func:`sdaccel.profiles.overrides`
+    and the output folder."""
     if profile not in PROFILES:
         raise SystemExit(f"Unknown profile {profile!r}: choose one of {', '.join(PROFILES)}.")
-    meta = json.loads(notebook.read_text()).get("metadata", {}).get("sdaccel", {})
-    overrides = meta.get("profiles", {}).get(profile, {}) if profile != "full" else {}
-
-    def fill(value):
-        if isinstance(value, str):
-            return value.replace("{checkpoints}", str(checkpoints)).replace("{repo}", str(REPO))
-        if isinstance(value, list):
-            return [fill(v) for v in value]
-        return value
-
-    params = {key: fill(value) for key, value in overrides.items()}
+    params = profiles.overrides(notebook.stem, profile, checkpoints)
     params["OUTPUT_DIR"] = str(output_dir)
     return params
 
@@ -97,8 +167,29 @@ def profile_parameters(notebook: Path, profile: str, checkpoints: Path, output_d
 def needed_tiny_checkpoints(notebooks: list[Path]) -> set[str]:
     names: set[str] = set()
     for nb in notebooks:
-        names |= set(re.findall(r"\{checkpoints\}/([\w\-]+)", nb.read_text()))
+        names |= profiles.tiny_checkpoints_needed(nb.stem)
     return names
+
+
+def fresh_output_dir(output_dir: Path) -> Path | None:
+    """Empty ``output_dir`` for a new run without losing the last one's results.
+
+    An existing folder is moved whole to ``<output_dir>.previous`` (replacing an older one), and
+    the reusable exports of :data:`REUSED` are moved back. Returns the previous folder, or
+    ``None`` when there was none. Within one Jupyter session, ``Results`` still updates
+    ``results.json`` key by key; only a new run by this runner starts empty.
+    """
+    previous = output_dir.with_name(output_dir.name + ".previous")
+    if not output_dir.exists():
+        output_dir.mkdir(parents=True)
+        return None
+    shutil.rmtree(previous, ignore_errors=True)
+    output_dir.rename(previous)
+    output_dir.mkdir()
+    for name in REUSED:
+        if (previous / name).exists():
+            (previous / name).rename(output_dir / name)
+    return previous
 
 
 def _failed_cell(executed: Path) -> str:
@@ -134,9 +225,13 @@ def execute(
         previous = executed.with_suffix(".previous.ipynb")
         shutil.copy2(executed, previous)
         print(f"  (kept the earlier executed copy as {previous.relative_to(build_dir.parent)})")
+    previous_outputs = fresh_output_dir(output_dir)
+    if previous_outputs is not None:
+        print(f"  (moved the earlier outputs to {previous_outputs.relative_to(build_dir.parent)})")
     env_backup = dict(os.environ)
-    os.environ.update(PROFILE_ENV[profile])
-    start = time.perf_counter()
+    # the kernel's profile cell (sdaccel.profiles.start) reads the same profile and checkpoints
+    os.environ.update({**PROFILE_ENV[profile], profiles.CHECKPOINTS_VAR: str(checkpoints), **BATCH_ENV})
+    started, start = time.time(), time.perf_counter()
     try:
         papermill.execute_notebook(
             str(notebook),
@@ -154,7 +249,7 @@ def execute(
     finally:
         os.environ.clear()
         os.environ.update(env_backup)
-    return Run(notebook, executed, output_dir, time.perf_counter() - start)
+    return Run(notebook, executed, output_dir, time.perf_counter() - start, started)
 
 
 def run_all(
@@ -183,6 +278,11 @@ def run_all(
             continue
         runs.append(run)
         print(f"  ok in {run.seconds:.0f} s -> {run.executed.relative_to(build_dir.parent)}", flush=True)
+        executed = json.loads(run.executed.read_text())
+        for problem in noisy_outputs(executed) + [
+            f"cell {i}: no inline figure" for i in cells_without_figures(executed)
+        ]:
+            print(f"  note: {problem}", flush=True)
     return runs, failures
 
 

@@ -1,4 +1,4 @@
-"""Placing SDXL on many chips: a device mesh, one table of sharding rules, and data parallelism.
+"""Placing SDXL on many chips: a device mesh and one table of sharding rules.
 
 JAX spreads one program over many devices through *shardings*: every array says which slice of it
 lives on which device, and ``jax.jit`` compiles one program for the whole mesh (XLA's SPMD
@@ -11,40 +11,42 @@ partitioner inserts the communication). For SDXL inference the recipe is short:
 2. **One table of rules** (:data:`RULES`): a regular expression on an array's path picks its
    ``PartitionSpec``. Parameters are replicated, except under a ``"model"`` axis, where big kernels
    are split along their largest dimension that the axis divides; every activation that enters
-   or leaves the pipeline has the batch first and is split over ``"data"``.
+   or leaves the pipeline has the batch first and is split over ``"data"``
+   (:func:`tree_shardings`, :func:`param_sharding_fn`).
 3. **Sharded inputs into a jitted function**: the pipeline's one pure denoise-and-decode function
    is jitted from the outside with ``in_shardings``/``out_shardings`` from the rules
-   (:class:`ShardedPipeline`; :func:`data_parallel` does the same for any ``fn(params, inputs)``).
-   Each device then runs the whole UNet on its share of the batch, with no communication at all.
+   (``sdaccel.sharded.ShardedPipeline``). Each device then runs the whole UNet on its share of the
+   batch, with no communication at all.
 
 Same images on any number of devices: the pipeline draws each image's starting noise from
-``jax.random.fold_in(key, global_index)``. The key of image ``i`` depends on ``i`` alone, not on
-which device holds row ``i``, so a global batch gives the same images on 1, 4 or 8 devices
-(:func:`example_noise` is that recipe).
+``jax.random.fold_in(key, global_index)`` (``sdaccel.pipeline.initial_noise``). The key of image
+``i`` depends on ``i`` alone, not on which device holds row ``i``, so a global batch gives the
+same images on 1, 4 or 8 devices.
 
 A batch that the ``"data"`` axis does not divide cannot be split evenly; :func:`check_batch` says
 so and names the fixes (another batch size, or :func:`pad_batch`, which repeats the last row and
-whose extra outputs the caller drops). Nothing is ever padded silently.
+whose extra outputs the caller drops).
 
 The mesh uses ``AxisType.Auto`` axes: the shardings we give at the jit boundary are propagated
 by the compiler through the UNet, so the model code stays free of sharding annotations.
 (``jax.make_mesh`` defaults to ``Explicit`` axes, where shardings are part of every array's type,
 ``jax.typeof(x)`` prints them as ``float32[8@data,...]``, and each ambiguous op must say how to
 shard its result: see :func:`make_mesh`'s ``explicit`` argument to try it.)
+
+This module knows nothing of pipelines: ``sdaccel.sharded`` drives the pipeline on a mesh.
 """
 
 from __future__ import annotations
 
 import math
 import re
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import jax
-import jax.numpy as jnp
 import numpy as np
+from flax import nnx
 from jax.sharding import AxisType, Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
@@ -264,8 +266,6 @@ def explain(tree, mesh: Mesh, prefix: str = "", rules: Sequence[Rule] = RULES, m
 
 
 def _param_items(model):
-    from flax import nnx
-
     return [(path, var) for path, var in nnx.to_flat_state(nnx.state(model, nnx.Param))]
 
 
@@ -307,7 +307,7 @@ def param_specs(model, prefix: str = "") -> dict[str, P]:
 
 
 # ----------------------------------------------------------------------------------------------
-# 4. Data parallelism
+# 4. Batch and replicated placements
 # ----------------------------------------------------------------------------------------------
 
 
@@ -318,40 +318,6 @@ def batch_sharding(mesh: Mesh) -> NamedSharding:
 
 def replicated(mesh: Mesh) -> NamedSharding:
     return NamedSharding(mesh, P())
-
-
-def shard_batch(inputs: dict[str, Any], mesh: Mesh, rules: Sequence[Rule] = RULES) -> dict[str, jax.Array]:
-    """Place a dict of host arrays (batch first) on the mesh, as ``inputs/<name>``.
-
-    In a multi-process run every process passes only its own rows: see
-    ``sdaccel.distributed.global_batch``, which builds the same global arrays.
-    """
-    return {k: jax.device_put(v, tree_shardings(v, mesh, f"inputs/{k}", rules)) for k, v in inputs.items()}
-
-
-def data_parallel(
-    fn: Callable, mesh: Mesh, params, inputs: dict, rules: Sequence[Rule] = RULES, **jit_kwargs
-):
-    """``jax.jit(fn)`` with ``in_shardings``/``out_shardings`` from the rules, for ``fn(params, inputs)``.
-
-    ``params`` and ``inputs`` may be arrays or ``jax.ShapeDtypeStruct``: only their shapes are
-    read. Outputs follow the rule of ``outputs/<name>`` (batch split over ``"data"``). The result
-    is an ordinary jitted function: call it, or ``.lower(...).compile()`` it ahead of time.
-    """
-    param_shardings = tree_shardings(params, mesh, "", rules)
-    input_shardings = {k: tree_shardings(v, mesh, f"inputs/{k}", rules) for k, v in inputs.items()}
-    out_shape = jax.eval_shape(fn, params, inputs)
-    out_shardings = tree_shardings(out_shape, mesh, "outputs", rules)
-    return jax.jit(
-        fn, in_shardings=(param_shardings, input_shardings), out_shardings=out_shardings, **jit_kwargs
-    )
-
-
-def example_noise(key: jax.Array, indices: jax.Array, shape: Sequence[int], dtype=jnp.float32) -> jax.Array:
-    """Gaussian noise of ``shape`` for each global example index: row ``i`` comes from
-    ``fold_in(key, indices[i])``, so it does not depend on the batch size or on the device that
-    computes it. Under ``jit`` with ``indices`` split over ``"data"``, each device draws its rows only."""
-    return jax.vmap(lambda i: jax.random.normal(jax.random.fold_in(key, i), tuple(shape), dtype))(indices)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -383,282 +349,3 @@ def visualize(x: jax.Array, **kwargs) -> None:
         raise ValueError(f"Cannot draw {spec}: more than one trailing dimension is sharded.")
     flat = NamedSharding(x.sharding.mesh, P(first, rest[0] if rest else None))
     jax.debug.visualize_sharding((x.shape[0], math.prod(x.shape[1:])), flat, **kwargs)
-
-
-# ----------------------------------------------------------------------------------------------
-# 6. The SDXL pipeline on a mesh
-# ----------------------------------------------------------------------------------------------
-
-#: Components whose weights stay on this process's first device: the text encoders are small and
-#: run per process on its own prompts (so that, across hosts, each encodes only its share).
-LOCAL_COMPONENTS = ("text_encoder", "text_encoder_2")
-
-
-def _checkpoint_shape(reader, path: tuple) -> tuple[int, ...] | None:
-    """Shape of parameter ``path`` in our layout, read from the safetensors header (no data)."""
-    from sdaccel.checkpoint import torch_key
-
-    key = torch_key(path)
-    if key not in reader:
-        return None
-    shape = tuple(reader.shape(key))
-    if str(path[-1]) == "kernel" and len(shape) == 4:  # conv OIHW -> HWIO
-        return shape[2], shape[3], shape[1], shape[0]
-    if str(path[-1]) == "kernel" and len(shape) == 2:  # linear (out, in) -> (in, out)
-        return shape[::-1]
-    return shape
-
-
-def pipeline_sharding_fn(
-    folder, mesh: Mesh, rules: Sequence[Rule] = RULES, min_shard_size: int = MIN_SHARD_SIZE
-):
-    """The ``sharding`` argument of ``Pipeline.from_pretrained``: ``(component, path) -> Sharding``.
-
-    UNet and VAE weights follow the rules under the prefix ``unet/`` or ``vae/``; the text encoders
-    stay on this process's first device. The ``"model"`` rules need each weight's shape, which is
-    read from the checkpoint's safetensors header (a weight not found there, under a renamed key,
-    stays replicated). Ask the loader to pass the shape instead, and this lookup goes away.
-    """
-    from sdaccel.checkpoint import open_weights
-
-    readers: dict[str, Any] = {}
-    local = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
-
-    def sharding(component: str, path: tuple):
-        if component in LOCAL_COMPONENTS:
-            return local
-        name = f"{component}/{path_string(path)}"
-        shape: tuple[int, ...] | None = ()  # only the "model" rules look at the shape
-        if match_rule(name, rules).spec == LARGEST and axis_size(mesh, MODEL) > 1:
-            if component not in readers:
-                readers[component] = open_weights(folder, component, "fp16")
-            shape = _checkpoint_shape(readers[component], path)
-        if shape is None:
-            return NamedSharding(mesh, P())
-        return NamedSharding(mesh, spec_for(name, shape, mesh, rules, min_shard_size))
-
-    return sharding
-
-
-class ShardedPipeline:
-    """A :class:`sdaccel.pipeline.Pipeline` whose denoise-and-decode runs over a mesh.
-
-    The pipeline's pure function is jitted from the outside with ``in_shardings`` (weights as
-    placed by the rules, scheduler state and guidance scale replicated, conditioning and noise
-    split over ``"data"``) and ``out_shardings`` (images split over ``"data"``), and compiled
-    ahead of time once per (batch, height, width, steps, guidance on/off).
-
-    Across several processes, :meth:`generate` takes the *global* list of prompts on every
-    process; each process encodes and draws noise only for its own rows, and the returned images
-    are a global array (gather them with ``sdaccel.distributed.gather``).
-    """
-
-    def __init__(
-        self, pipeline, mesh: Mesh, rules: Sequence[Rule] = RULES, min_shard_size: int = MIN_SHARD_SIZE
-    ):
-        self.pipeline = pipeline
-        self.mesh = mesh
-        self.rules, self.min_shard_size = tuple(rules), min_shard_size
-        if not _on_mesh(pipeline.params, mesh):  # loaded without shardings: place the weights now
-            pipeline.params = {
-                name: jax.device_put(state, tree_shardings(state, mesh, name, rules, min_shard_size))
-                for name, state in pipeline.params.items()
-            }
-        self.param_shardings = jax.tree.map(lambda x: x.sharding, pipeline.params)
-        self._jitted = jax.jit(
-            pipeline.denoise_and_decode,
-            in_shardings=(
-                self.param_shardings,
-                replicated(mesh),
-                batch_sharding(mesh),
-                batch_sharding(mesh),
-                replicated(mesh),
-            ),
-            out_shardings=batch_sharding(mesh),
-        )
-        self.compiled: dict[tuple, Any] = {}
-
-    @classmethod
-    def from_pretrained(
-        cls,
-        path_or_id,
-        mesh: Mesh | None = None,
-        dtype=jnp.bfloat16,
-        rules: Sequence[Rule] = RULES,
-        min_shard_size: int = MIN_SHARD_SIZE,
-        progress: bool = True,
-        **kwargs,
-    ) -> ShardedPipeline:
-        """Load a checkpoint with every weight going straight to its place on ``mesh`` (default:
-        all devices on ``"data"``). ``kwargs`` go to ``Pipeline.from_pretrained``."""
-        from sdaccel.checkpoint import resolve_checkpoint
-        from sdaccel.pipeline import Pipeline
-
-        mesh = make_mesh() if mesh is None else mesh
-        folder = resolve_checkpoint(path_or_id, variant=kwargs.get("variant"))
-        place = pipeline_sharding_fn(folder, mesh, rules, min_shard_size)
-        pipeline = Pipeline.from_pretrained(folder, dtype=dtype, sharding=place, progress=progress, **kwargs)
-        return cls(pipeline, mesh, rules, min_shard_size)
-
-    def to_mesh(self, mesh: Mesh, rules: Sequence[Rule] | None = None, min_shard_size: int | None = None):
-        """The same pipeline on another mesh (fewer devices, or a ``"model"`` axis).
-
-        The weights go through host memory, so no chip ever holds the old and the new copy at
-        once (SDXL's 7 GB twice would not fit a 16 GB v5e chip). This object must not be used
-        afterwards: it shares the underlying pipeline, whose weights have moved.
-        """
-        host = jax.device_get(self.pipeline.params)
-        self.pipeline.params = host  # the device copies are freed here
-        self.compiled.clear()
-        rules = self.rules if rules is None else rules
-        return ShardedPipeline(
-            self.pipeline, mesh, rules, self.min_shard_size if min_shard_size is None else min_shard_size
-        )
-
-    def bytes_per_device(self) -> dict[str, int]:
-        """Bytes of UNet and VAE weights that each device holds (the text encoders live apart)."""
-        out: dict[str, int] = {}
-        for x in jax.tree.leaves(self.pipeline.params):
-            for shard in x.addressable_shards:
-                out[str(shard.device)] = out.get(str(shard.device), 0) + shard.data.nbytes
-        return out
-
-    # ------------------------------------------------------------------------------------------
-
-    def inputs(
-        self,
-        prompts: Sequence[str],
-        negative_prompts: str | Sequence[str] | None,
-        steps: int,
-        guidance_scale: float,
-        height: int,
-        width: int,
-        seed: int,
-        start_index: int = 0,
-    ) -> tuple:
-        """The global arguments of the denoise-and-decode function, with this process encoding
-        and drawing noise only for its rows. Image ``k`` of the batch uses noise index
-        ``start_index + k`` (so a prompt file cut into batches gives each prompt its own noise)."""
-        from sdaccel import distributed
-        from sdaccel.pipeline import initial_noise
-
-        pipe, batch = self.pipeline, len(prompts)
-        check_batch(batch, self.mesh)
-        rows = distributed.process_rows(batch_sharding(self.mesh), batch)
-        local_prompts = [prompts[i] for i in rows]
-        local_negatives = negative_prompts
-        if negative_prompts is not None and not isinstance(negative_prompts, str):
-            local_negatives = [negative_prompts[i] for i in rows]
-        cond = pipe.conditioning(local_prompts, local_negatives, guidance_scale, height, width)
-        noise = initial_noise(seed, jnp.asarray(start_index + rows), pipe.latent_shape(height, width))
-        cond, noise = distributed.global_batch((cond, noise), self.mesh, batch)
-        state, guidance = distributed.replicated_global(
-            (pipe.scheduler.set_timesteps(steps), np.float32(guidance_scale)), self.mesh
-        )
-        return pipe.params, state, cond, noise, guidance
-
-    def compile(self, args: tuple):
-        """The AOT-compiled executable (a :class:`sdaccel.bench.Compiled`) for these arguments'
-        shapes, compiled under ``jax.set_mesh`` on first use."""
-        from sdaccel import bench
-
-        _, state, cond, noise, _ = args
-        key = (tuple(noise.shape), int(state.timesteps.shape[0]), tuple(cond.prompt_embeds.shape[:2]))
-        if key not in self.compiled:
-            with jax.set_mesh(self.mesh):
-                self.compiled[key] = bench.aot_compile(self._jitted, *args)
-        return self.compiled[key]
-
-    def flops(self, args: tuple) -> dict:
-        """FLOPs of one call as XLA counts them, all devices together.
-
-        XLA's cost model counts the body of the sampling loop once, so the compiled program's
-        count holds one UNet pass; ``steps - 1`` more come from the cost of one UNet call at the
-        guidance batch (B * G), taken from its lowering (nothing extra is compiled).
-        """
-        from flax import nnx
-
-        params, state, cond, noise, _ = args
-        pipe, steps = self.pipeline, int(state.timesteps.shape[0])
-        program = self.compile(args).flops
-        if program is None:
-            return {"total": None, "unet_step": None, "program_as_counted": None}
-        batch, groups = cond.prompt_embeds.shape[:2]
-
-        def unet_call(unet_params, x, t, context, text_embeds, time_ids):
-            return nnx.merge(pipe._unet_graphdef, unet_params)(x, t, context, text_embeds, time_ids)
-
-        def folded(x):
-            return None if x is None else jax.ShapeDtypeStruct((batch * groups, *x.shape[2:]), x.dtype)
-
-        x = jax.ShapeDtypeStruct((batch * groups, *noise.shape[1:]), noise.dtype)
-        t = jax.ShapeDtypeStruct((), state.timesteps.dtype)
-        lowered = jax.jit(unet_call).lower(
-            params["unet"], x, t, folded(cond.prompt_embeds), folded(cond.text_embeds), folded(cond.time_ids)
-        )
-        unet_step = float(lowered.cost_analysis()["flops"])
-        program_total = program * self.mesh.size  # the compiled count is one device's share
-        return {
-            "total": program_total + (steps - 1) * unet_step,
-            "unet_step": unet_step,
-            "program_as_counted": program_total,
-        }
-
-    def warm(self, batch: int, height: int, width: int, steps: int, guidance_scale: float = 5.0):
-        """Compile the program for one shape (a resolution bucket) before the first request."""
-        return self.compile(self.inputs([""] * batch, None, steps, guidance_scale, height, width, 0))
-
-    def generate(
-        self,
-        prompts: Sequence[str],
-        negative_prompts: str | Sequence[str] | None = None,
-        steps: int = 20,
-        guidance_scale: float = 5.0,
-        height: int | None = None,
-        width: int | None = None,
-        seed: int = 0,
-        start_index: int = 0,
-    ) -> tuple[jax.Array, dict]:
-        """``(images, timings)``: images is the global (B, H, W, 3) float32 array split over
-        ``"data"``; timings keep compile apart from run (encode + denoise + decode) and add
-        throughput. For FLOPs, see :meth:`flops`."""
-        default_h, default_w = self.pipeline.default_size()
-        height, width = height or default_h, width or default_w
-        encode_compile = self.pipeline._encode.compile_s
-        start = time.perf_counter()
-        args = self.inputs(
-            list(prompts), negative_prompts, steps, guidance_scale, height, width, seed, start_index
-        )
-        jax.block_until_ready(args[2:4])
-        encoded = time.perf_counter()
-        compiled = self.compile(args)
-        compiled_at = time.perf_counter()
-        images = jax.block_until_ready(compiled(*args))
-        end = time.perf_counter()
-        encode_compile = self.pipeline._encode.compile_s - encode_compile
-        batch, devices = len(prompts), self.mesh.size
-        run_s = (encoded - start - encode_compile) + (end - compiled_at)
-        return images, {
-            "compile_s": encode_compile + (compiled_at - encoded),
-            "run_s": run_s,
-            "encode_s": encoded - start - encode_compile,
-            "denoise_decode_s": end - compiled_at,
-            "per_image_s": run_s / batch,
-            "images_per_s": batch / run_s,
-            "batch": batch,
-            "devices": devices,
-            "processes": jax.process_count(),
-            "steps": steps,
-            "height": height,
-            "width": width,
-        }
-
-
-def _on_mesh(tree, mesh: Mesh) -> bool:
-    """Whether every array of ``tree`` is already placed on ``mesh`` (host arrays are not)."""
-    leaves = jax.tree.leaves(tree)
-    return bool(leaves) and all(
-        isinstance(getattr(x, "sharding", None), NamedSharding)
-        and x.sharding.mesh.devices.tolist() == mesh.devices.tolist()
-        for x in leaves
-    )

@@ -20,6 +20,9 @@ Negative prompts (for classifier-free guidance) follow diffusers exactly:
   *no* negative prompt given (``None``): the unconditional embeddings are zeros, both the sequence
   and the pooled vector. A negative prompt of ``""`` is encoded like any other text.
 - SD 1.x / 2.x, or SDXL without that flag: ``None`` means the empty string ``""``, encoded.
+
+Negative prompts are checked by ``sdaccel.contract.normalize_negative_prompts`` (one string for
+all prompts, or one per prompt).
 """
 
 from __future__ import annotations
@@ -33,6 +36,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
+from transformers import CLIPTokenizer
+
+from sdaccel.contract import normalize_negative_prompts
+from sdaccel.models.clip import load_text_encoder
 
 
 class PromptEmbeddings(NamedTuple):
@@ -52,8 +59,6 @@ class PromptEmbeddings(NamedTuple):
 
 def load_tokenizer(folder: str | os.PathLike, subfolder: str = "tokenizer"):
     """The checkpoint's ``CLIPTokenizer`` (vocabulary, merges, pad token, max length 77)."""
-    from transformers import CLIPTokenizer
-
     path = Path(folder) / subfolder
     if not path.is_dir():
         raise FileNotFoundError(f"Missing tokenizer folder {path}.")
@@ -146,7 +151,7 @@ class PromptEncoder:
         if zeros:
             texts = prompts
         else:
-            negatives = normalize_negative_prompts(negative_prompts, batch)
+            negatives = normalize_negative_prompts(negative_prompts, batch) or [""] * batch
             texts = prompts + negatives
         embeds, pooled = encode(self.params, self.tokenize(texts))
         if zeros:
@@ -157,22 +162,6 @@ class PromptEncoder:
         return PromptEmbeddings(
             embeds[:batch], None if pooled is None else pooled[:batch], embeds[batch:], neg_pooled
         )
-
-
-def normalize_negative_prompts(negative_prompts: str | list[str] | None, batch: int) -> list[str]:
-    """``None`` -> ``""`` for every prompt; a string -> that string for every prompt; a list must
-    have one entry per prompt."""
-    if negative_prompts is None:
-        return [""] * batch
-    if isinstance(negative_prompts, str):
-        return [negative_prompts] * batch
-    negatives = list(negative_prompts)
-    if len(negatives) != batch:
-        raise ValueError(
-            f"Got {len(negatives)} negative prompts for {batch} prompts: pass one negative prompt per "
-            "prompt, a single string for all of them, or None."
-        )
-    return negatives
 
 
 def load_prompt_encoder(
@@ -187,8 +176,6 @@ def load_prompt_encoder(
 
     ``sharding`` maps (component name, parameter path) to a ``jax.sharding.Sharding``.
     """
-    from sdaccel.models.clip import load_text_encoder
-
     folder = Path(folder)
     names = ["text_encoder", "text_encoder_2"] if (folder / "text_encoder_2").is_dir() else ["text_encoder"]
     tokenizer_names = [n.replace("text_encoder", "tokenizer") for n in names]

@@ -67,17 +67,20 @@ measurement (:func:`measure`).
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 
 from sdaccel.checkpoint import CheckpointError, read_config, read_json, resolve_checkpoint
+from sdaccel.cpu.export import MANIFEST as EXPORT_MANIFEST
 from sdaccel.cpu.export import (
     MODEL_XML,
     check_source,
@@ -89,6 +92,7 @@ from sdaccel.cpu.export import (
     trace_to_ov,
     unet_example,
 )
+from sdaccel.staging import check_writable, replace_json, staged_folder
 
 #: The folder inside an export folder that holds the two IRs, and their sub-folders.
 FOLDER = "unet_deepcache"
@@ -279,33 +283,44 @@ def export_deepcache(
     checkpoint = None
     if isinstance(src, str | os.PathLike):
         checkpoint = resolve_checkpoint(src, components=["unet", "text_encoder"])
-    if not force and (folder / MANIFEST).is_file() and all(x.is_file() for x in xmls.values()):
+        pipeline_manifest = Path(export_dir) / EXPORT_MANIFEST
+        if pipeline_manifest.is_file():  # the IRs go next to an export of the same checkpoint
+            check_source(read_json(pipeline_manifest), checkpoint, Path(export_dir))
+    if not force and folder.exists():
+        if not (folder / MANIFEST).is_file():
+            raise CheckpointError(
+                f"{folder} holds no finished DeepCache export (no {MANIFEST}): pass force=True to replace it."
+            )
         if checkpoint is not None:
             check_source(read_json(folder / MANIFEST), checkpoint, folder)
-        print(f"{folder} already holds the DeepCache IRs; nothing to do. Pass force=True to export again.")
-        return folder
+        if all(x.is_file() for x in xmls.values()):
+            print(
+                f"{folder} already holds the DeepCache IRs; nothing to do. Pass force=True to export again."
+            )
+            return folder
+    check_writable(folder)
     if checkpoint is not None:
         unet = load_torch_component(checkpoint, "unet")
         sequence_length = read_config(checkpoint, "text_encoder").get("max_position_embeddings", 77)
         source = str(checkpoint)
     else:
         unet, sequence_length, source = src.eval(), 77, type(src).__name__
-    (folder / MANIFEST).unlink(missing_ok=True)  # incomplete until the end
     start = time.perf_counter()
-    for part, convert in (("full", convert_full), ("shallow", convert_shallow)):
-        ov_model = convert(unet, sequence_length=sequence_length)
-        xmls[part].parent.mkdir(parents=True, exist_ok=True)
-        save_ir(ov_model, xmls[part], compress_to_fp16=weight_dtype == "fp16")
-        del ov_model
-    manifest = {
-        "source": source,
-        "source_fingerprint": None if checkpoint is None else source_fingerprint(checkpoint),
-        "weight_dtype": weight_dtype,
-        "cached_channels": unet.config.block_out_channels[1],
-        "export_seconds": time.perf_counter() - start,
-        "openvino": ov.get_version(),
-    }
-    (folder / MANIFEST).write_text(json.dumps(manifest, indent=2))
+    with staged_folder(folder) as stage:  # published whole, or not at all
+        for part, convert in (("full", convert_full), ("shallow", convert_shallow)):
+            ov_model = convert(unet, sequence_length=sequence_length)
+            (stage / part).mkdir()
+            save_ir(ov_model, stage / part / MODEL_XML, compress_to_fp16=weight_dtype == "fp16")
+            del ov_model
+        manifest = {
+            "source": source,
+            "source_fingerprint": None if checkpoint is None else source_fingerprint(checkpoint),
+            "weight_dtype": weight_dtype,
+            "cached_channels": unet.config.block_out_channels[1],
+            "export_seconds": time.perf_counter() - start,
+            "openvino": ov.get_version(),
+        }
+        replace_json(stage / MANIFEST, manifest)
     return folder
 
 
@@ -337,36 +352,58 @@ class DeepCache:
     every step. ``calls`` counts the runs of each IR.
 
     ``full`` and ``shallow`` are compiled models (:func:`compile_parts`); one pair can serve
-    several ``DeepCache`` objects with different intervals.
+    several ``DeepCache`` objects with different intervals. ``reload``, when given, compiles the
+    pair again (:meth:`load` passes it): after a failed inference the CPU plugin's compiled model
+    can fail every later call, so a failure makes fresh ones for the next call.
     """
 
-    def __init__(self, full, shallow, interval: int = 3):
+    def __init__(self, full, shallow, interval: int = 3, reload: Callable[[], tuple] | None = None):
         if interval < 1:
             raise ValueError(f"interval must be >= 1, got {interval}.")
         self.interval = interval
-        self.requests = {"full": full.create_infer_request(), "shallow": shallow.create_infer_request()}
+        self.models = {"full": full, "shallow": shallow}
+        self.reload = reload
+        self.requests = {}
+        self._new_requests()
         self.calls = {"full": 0, "shallow": 0}
+
+    def _new_requests(self) -> None:
+        self.requests = {part: model.create_infer_request() for part, model in self.models.items()}
         self.cached = None
+
+    def _recover(self) -> None:
+        if self.reload is not None:
+            self.models = dict(zip(PARTS, self.reload(), strict=True))
+        self._new_requests()
 
     @classmethod
     def load(cls, folder: str | os.PathLike, pipeline, interval: int = 3) -> DeepCache:
         """Compile ``folder``'s IRs (see :func:`export_deepcache`) for ``pipeline``."""
-        return cls(*compile_parts(folder, pipeline), interval=interval)
+        return cls(
+            *compile_parts(folder, pipeline),
+            interval=interval,
+            reload=functools.partial(compile_parts, folder, pipeline),
+        )
 
     def __call__(self, step: int, inputs: dict) -> np.ndarray:
-        if step % self.interval == 0:
-            part = "full"
-            request = self.requests[part]
-            request.infer(inputs)
-            self.cached = request.get_tensor("cached").data.copy()
-        elif self.cached is None:
+        if step % self.interval and self.cached is None:
             raise RuntimeError("DeepCache's first step must be a full one (step 0).")
-        else:
-            part = "shallow"
-            request = self.requests[part]
-            request.infer({**inputs, "cached": self.cached})
+        try:
+            if step % self.interval == 0:
+                part = "full"
+                request = self.requests[part]
+                request.infer(inputs)
+                self.cached = request.get_tensor("cached").data.copy()
+            else:
+                part = "shallow"
+                request = self.requests[part]
+                request.infer({**inputs, "cached": self.cached})
+            out = request.get_tensor("out_sample").data.copy()
+        except BaseException:
+            self._recover()
+            raise
         self.calls[part] += 1
-        return request.get_tensor("out_sample").data.copy()
+        return out
 
 
 # ----------------------------------------------------------------------------------------------
@@ -391,26 +428,38 @@ def quantize_deepcache(
     feature of the last full step, see the module doc). Returns :func:`quantize_ir`'s report per part.
     """
     from sdaccel.cpu.quality import compile_f32
-    from sdaccel.cpu.quantize import CalibrationSet, quantize_ir
+    from sdaccel.cpu.quantize import CalibrationSet, check_calibration, quantize_ir
 
     folder, dst = Path(folder), Path(dst)
+    calibration = check_calibration(calibration, variant)  # before anything is computed or written
+    missing = [str(folder / part / MODEL_XML) for part in PARTS if not (folder / part / MODEL_XML).is_file()]
+    if missing:
+        raise FileNotFoundError(f"No DeepCache IRs at {missing}: export them first with export_deepcache.")
+    check_writable(dst)
     report = {}
-    with tempfile.TemporaryDirectory(prefix="deepcache-calibration-") as tmp:
+    with (
+        tempfile.TemporaryDirectory(prefix="deepcache-calibration-") as tmp,
+        staged_folder(dst) as stage,  # dst is replaced whole at the end, or left as it was
+    ):
         data = {"full": None, "shallow": None}
         if calibration is not None:
-            samples = calibration if isinstance(calibration, CalibrationSet) else CalibrationSet(calibration)
+            samples = (
+                calibration
+                if isinstance(calibration, CalibrationSet)
+                else CalibrationSet.save(calibration, Path(tmp) / "full")
+            )
             full = compile_f32(folder / "full" / MODEL_XML)
-            with_cache = CalibrationSet(tmp)
+            with_cache = CalibrationSet(Path(tmp) / "shallow")
             for index, sample in enumerate(samples):
                 with_cache.write(index, {**sample, "cached": full(sample)["cached"]})
             del full
             data = {"full": samples.folder, "shallow": with_cache.folder}
         for part in PARTS:
             report[part] = quantize_ir(
-                folder / part / MODEL_XML, dst / part / MODEL_XML, variant, data[part], subset_size, **knobs
+                folder / part / MODEL_XML, stage / part / MODEL_XML, variant, data[part], subset_size, **knobs
             )
-    manifest = read_json(folder / MANIFEST) if (folder / MANIFEST).is_file() else {}
-    (dst / MANIFEST).write_text(json.dumps(manifest | {"quantized": variant, "from": str(folder)}, indent=2))
+        manifest = read_json(folder / MANIFEST) if (folder / MANIFEST).is_file() else {}
+        replace_json(stage / MANIFEST, manifest | {"quantized": variant, "from": str(folder)})
     return report
 
 
@@ -456,8 +505,7 @@ def measure(
     from sdaccel.cpu.export import export_pipeline, text_to_image_components
     from sdaccel.cpu.pipeline import OVPipeline
     from sdaccel.cpu.quality import compare_images, comparison_grid
-    from sdaccel.cpu.quantize import quantize_ir
-    from sdaccel.evaluate_shapes import calibrate_on_training_captions
+    from sdaccel.cpu.quantize import calibrate_on_training_captions, quantize_ir
 
     src = resolve_checkpoint(checkpoint)
     work = Path(workdir) if workdir else Path("build/deepcache") / src.name
@@ -512,7 +560,7 @@ def measure(
                 "full": full_calls / num_prompts,
                 "shallow": (unet_calls - full_calls) / num_prompts,
             },
-            "s_per_image": statistics.median(out.timings["total"] for out in outs),
+            "s_per_image": statistics.median(out.timings["run_s"] for out in outs),
             "unet_s_per_image": statistics.median(sum(out.timings["unet_steps"]) for out in outs),
         }
         if name != "f32":

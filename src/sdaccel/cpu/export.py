@@ -60,6 +60,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from sdaccel.checkpoint import CheckpointError, read_config, read_json, resolve_checkpoint
+from sdaccel.contract import Defaults, size_multiple, vae_scale_factor
+from sdaccel.staging import link_tree, replace_json, staged_folder
 
 log = logging.getLogger(__name__)
 
@@ -397,20 +399,59 @@ def reshape_static(target, batch: int = 1, height: int = 512, width: int = 512, 
     folder = Path(target)
     if not (folder / "model_index.json").is_file():
         raise CheckpointError(f"{folder} is not an export folder (no model_index.json).")
-    kw.setdefault("vae_scale_factor", vae_scale_factor_of(folder))
+    if (folder / "vae_decoder").is_dir():
+        kw.setdefault("vae_scale_factor", vae_scale_factor_of(folder))
+    multiple = kw.get("vae_scale_factor", 8)
+    if (folder / "unet").is_dir():
+        multiple = size_multiple(len(read_config(folder, "unet")["block_out_channels"]), multiple)
+    check_static_shape(shape, multiple)
     core = ov.Core()
-    for xml in sorted(folder.glob(f"*/{MODEL_XML}")):
-        model = reshape_static(core.read_model(xml), batch, height, width, guidance, **kw)
-        save_ir(model, xml, compress_to_fp16=False)  # constants already fp16 stay fp16
-        del model
-    _update_manifest(folder, static=asdict(shape))
+    with staged_folder(folder) as stage:  # a failure half-way leaves the folder as it was
+        link_tree(folder, stage)
+        for xml in sorted(stage.glob(f"*/{MODEL_XML}")):
+            model = reshape_static(core.read_model(xml), batch, height, width, guidance, **kw)
+            save_ir(model, xml, compress_to_fp16=False)  # constants already fp16 stay fp16
+            del model
+        if (stage / MANIFEST).is_file():
+            replace_json(stage / MANIFEST, read_json(stage / MANIFEST) | {"static": asdict(shape)})
     return folder
+
+
+def check_static_shape(shape: StaticShape, m: int) -> None:
+    """Refuse, before anything is reshaped or written, a static size the model cannot take (sizes
+    must be multiples of ``m``, :func:`sdaccel.contract.size_multiple`)."""
+    if shape.batch < 1 or shape.height <= 0 or shape.width <= 0 or shape.height % m or shape.width % m:
+        nearest = "x".join(str(max(m, round(v / m) * m)) for v in (shape.height, shape.width))
+        raise ValueError(
+            f"static shape {shape}: batch must be >= 1 and height and width positive multiples of {m} "
+            f"for this model (its VAE and UNet downsampling); the nearest valid size is {nearest}."
+        )
 
 
 def vae_scale_factor_of(folder: Path, component: str = "vae_decoder") -> int:
     """2 ** (number of VAE levels - 1): 8 for every Stable Diffusion VAE (4 for the three-level
     VAE of the shapes checkpoints). ``component`` is ``"vae"`` in a diffusers checkpoint folder."""
-    return 2 ** (len(read_config(folder, component)["block_out_channels"]) - 1)
+    return vae_scale_factor(read_config(folder, component)["block_out_channels"])
+
+
+def read_defaults(folder: str | os.PathLike, vae_component: str = "vae_decoder") -> Defaults:
+    """The call defaults and input limits (:class:`sdaccel.contract.Defaults`) of an export folder,
+    or of a diffusers checkpoint folder with ``vae_component="vae"``: from ``model_index.json``,
+    the UNet's and VAE's configs and the scheduler's."""
+    folder = Path(folder)
+    unet = read_config(folder, "unet")
+    return Defaults.from_checkpoint(
+        read_json(folder / "model_index.json"),
+        unet.get("sample_size"),
+        len(unet["block_out_channels"]),
+        vae_scale_factor_of(folder, vae_component),
+        read_config(folder, "scheduler").get("num_train_timesteps", 1000),
+    )
+
+
+def checkpoint_defaults(src: str | os.PathLike) -> Defaults:
+    """:func:`read_defaults` of a diffusers checkpoint folder."""
+    return read_defaults(src, "vae")
 
 
 def is_static(model) -> bool:
@@ -439,6 +480,10 @@ def _component_files(component: str) -> tuple[str, ...]:
     return (MODEL_XML, MODEL_XML.replace(".xml", ".bin"), "config.json")
 
 
+def _component_complete(folder: Path, component: str) -> bool:
+    return all((folder / component / f).is_file() for f in _component_files(component))
+
+
 def is_complete(folder: str | os.PathLike, components: Iterable[str] | None = None) -> bool:
     """Whether ``folder`` holds a finished export of ``components`` (default: all of its pipeline)."""
     folder = Path(folder)
@@ -447,14 +492,7 @@ def is_complete(folder: str | os.PathLike, components: Iterable[str] | None = No
     names = components or PIPELINE_COMPONENTS.get(
         read_json(folder / "model_index.json").get("_class_name"), ()
     )
-    return bool(names) and all((folder / c / f).is_file() for c in names for f in _component_files(c))
-
-
-def _update_manifest(folder: Path, **fields) -> None:
-    path = folder / MANIFEST
-    data = read_json(path) if path.is_file() else {}
-    data.update(fields)
-    path.write_text(json.dumps(data, indent=2))
+    return bool(names) and all(_component_complete(folder, c) for c in names)
 
 
 def export_sizes(folder: str | os.PathLike) -> dict[str, int]:
@@ -482,11 +520,23 @@ def export_pipeline(
       src: a local diffusers folder or a hub id (resolved with ``resolve_checkpoint``).
       dst: the export folder (created).
       components: export only these (e.g. ``["unet"]``); default: every component of the pipeline.
-      force: re-export even if ``dst`` already holds a complete export of these components.
+      force: replace whatever ``dst`` holds by a new export of exactly ``components``.
       static: ``None`` for dynamic shapes, or a :class:`StaticShape` / ``(batch, height, width)``.
       weight_dtype: ``"fp32"`` keeps the weights as they are; ``"fp16"`` stores them in half
         precision (half the disk size; the CPU plugin decompresses them when it compiles).
       progress: show a progress bar over the components.
+
+    What happens to an existing ``dst``, decided before anything is written:
+
+    * it holds a finished export of ``src`` with every one of ``components``: nothing (it says so);
+    * it holds a finished export of ``src`` made with the same settings but missing some of
+      ``components``: they are added, the others kept as they are;
+    * it holds anything else (another checkpoint's export, this one's before it changed, other
+      settings, files that are no finished export): refused with an error, unless ``force=True``,
+      which replaces the whole folder (nothing of the old one stays).
+
+    The new folder is written next to ``dst`` and renamed into place only when complete
+    (:func:`sdaccel.staging.staged_folder`): a failure at any point leaves ``dst`` as it was.
 
     The PyTorch modules are loaded in float32, one at a time, and freed after their conversion,
     so the peak memory is about that of the largest component (the UNet) plus its IR.
@@ -503,72 +553,107 @@ def export_pipeline(
     unknown = sorted(set(names) - set(everything))
     if unknown:
         raise ValueError(f"Unknown components {unknown} for a {kind}; choose from {list(everything)}.")
+    if not names:
+        raise ValueError(f"components is empty: name at least one of {list(everything)}.")
     dst = Path(dst)
     static = StaticShape.coerce(static)
+    if static is not None:
+        check_static_shape(static, checkpoint_defaults(src).size_multiple)
     settings = {"weight_dtype": weight_dtype, "static": asdict(static) if static else None}
-    if is_complete(dst, names) and not force:
-        manifest = read_json(dst / MANIFEST)
-        check_source(manifest, src, dst)
-        recorded = {k: manifest.get(k) for k in settings}
-        note = f" It was exported with {recorded}, not {settings}." if recorded != settings else ""
-        message = f"{dst} already holds a complete OpenVINO export of {list(names)}; nothing to do.{note}"
-        print(message + " Pass force=True to export again.")
-        log.info(message)
-        return dst
-
-    dst.mkdir(parents=True, exist_ok=True)
-    old = read_json(dst / MANIFEST) if (dst / MANIFEST).is_file() else {}
-    (dst / MANIFEST).unlink(missing_ok=True)  # the folder is incomplete until the end
-    shutil.copy2(src / "model_index.json", dst / "model_index.json")
-    (dst / "scheduler").mkdir(exist_ok=True)
-    shutil.copy2(src / "scheduler" / "scheduler_config.json", dst / "scheduler" / "scheduler_config.json")
+    old = {} if force else _reusable_manifest(dst, src)
+    if old:
+        recorded = {k: old.get(k) for k in settings}
+        if is_complete(dst, names):
+            note = f" It was exported with {recorded}, not {settings}." if recorded != settings else ""
+            message = f"{dst} already holds a complete OpenVINO export of {list(names)}; nothing to do.{note}"
+            print(message + " Pass force=True to export again.")
+            log.info(message)
+            return dst
+        if recorded != settings:
+            raise ValueError(
+                f"{dst} holds an export of {src} made with {recorded}; adding components with {settings} "
+                "would mix the two. Use the same settings, another folder, or force=True to replace it."
+            )
+    todo = [n for n in names if not (old and _component_complete(dst, n))]
     vae_config = read_config(src, "vae")
     max_length = read_config(src, "text_encoder").get("max_position_embeddings", 77)
     timings = {}
-    bar = tqdm(names, desc="export", unit="component", disable=not progress)
-    for name in bar:
-        bar.set_postfix_str(name)
-        start = time.perf_counter()
-        out = dst / name
-        if name.startswith("tokenizer"):
-            convert_tokenizer(src / name, out)
+    with staged_folder(dst) as stage:
+        if old:  # keep what is there (hard links: no copy of the weights, the originals untouched)
+            link_tree(dst, stage, skip={*todo, "model_index.json", "scheduler", MANIFEST})
+        shutil.copy2(src / "model_index.json", stage / "model_index.json")
+        (stage / "scheduler").mkdir()
+        shutil.copy2(
+            src / "scheduler" / "scheduler_config.json", stage / "scheduler" / "scheduler_config.json"
+        )
+        bar = tqdm(todo, desc="export", unit="component", disable=not progress)
+        for name in bar:
+            bar.set_postfix_str(name)
+            start = time.perf_counter()
+            _export_component(src, stage / name, name, static, weight_dtype, vae_config, max_length)
             timings[name] = time.perf_counter() - start
-            continue
-        model = load_torch_component(src, name)
-        if name.startswith("text_encoder"):
-            ov_model = convert_text_encoder(model, max_length)
-            config = read_config(src, name)
-        elif name == "unet":
-            ov_model = convert_unet(model, sequence_length=max_length)
-            config = read_config(src, name)
-        else:
-            convert = convert_vae_decoder if name == "vae_decoder" else convert_vae_encoder
-            ov_model = convert(model)
-            config = vae_config
-        del model
-        gc.collect()
-        if static:
-            scale = vae_scale_factor_of(src, "vae")
-            reshape_static(ov_model, **asdict(static), vae_scale_factor=scale, max_length=max_length)
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "config.json").write_text(json.dumps(config, indent=2))
-        save_ir(ov_model, out / MODEL_XML, compress_to_fp16=weight_dtype == "fp16")
-        del ov_model
-        gc.collect()
-        timings[name] = time.perf_counter() - start
-    exported = sorted(set(old.get("components", [])) | set(names), key=everything.index)
-    _update_manifest(
-        dst,
-        source=str(src),
-        source_fingerprint=source_fingerprint(src),
-        pipeline=kind,
-        components=exported,
-        export_seconds=old.get("export_seconds", {}) | timings,
-        sizes=export_sizes(dst),
-        openvino=ov.get_version(),
-        **settings,
-    )
+        exported = set(old.get("components", [])) | set(names)
+        replace_json(
+            stage / MANIFEST,
+            {
+                "source": str(src),
+                "source_fingerprint": source_fingerprint(src),
+                "pipeline": kind,
+                "components": [c for c in everything if c in exported],
+                "export_seconds": old.get("export_seconds", {}) | timings,
+                "sizes": export_sizes(stage),
+                "openvino": ov.get_version(),
+                **settings,
+            },
+        )
     return dst
+
+
+def _export_component(
+    src: Path, out: Path, name: str, static, weight_dtype: str, vae_config: dict, max_length: int
+) -> None:
+    """Convert one component of ``src`` into the new folder ``out``."""
+    if name.startswith("tokenizer"):
+        convert_tokenizer(src / name, out)
+        return
+    model = load_torch_component(src, name)
+    if name.startswith("text_encoder"):
+        ov_model = convert_text_encoder(model, max_length)
+        config = read_config(src, name)
+    elif name == "unet":
+        ov_model = convert_unet(model, sequence_length=max_length)
+        config = read_config(src, name)
+    else:
+        convert = convert_vae_decoder if name == "vae_decoder" else convert_vae_encoder
+        ov_model = convert(model)
+        config = vae_config
+    del model
+    gc.collect()
+    if static:
+        scale = vae_scale_factor_of(src, "vae")
+        reshape_static(ov_model, **asdict(static), vae_scale_factor=scale, max_length=max_length)
+    out.mkdir(parents=True)
+    (out / "config.json").write_text(json.dumps(config, indent=2))
+    save_ir(ov_model, out / MODEL_XML, compress_to_fp16=weight_dtype == "fp16")
+    del ov_model
+    gc.collect()
+
+
+def _reusable_manifest(dst: Path, src: Path) -> dict:
+    """The manifest of a finished export of ``src`` in ``dst`` (``{}`` when ``dst`` is missing or
+    empty); refuse, naming the fix, anything else that ``dst`` holds."""
+    if not dst.exists() or (dst.is_dir() and not any(dst.iterdir())):
+        return {}
+    if not dst.is_dir():
+        raise NotADirectoryError(f"{dst} is a file, not a folder: export into another folder.")
+    if not (dst / MANIFEST).is_file():
+        raise CheckpointError(
+            f"{dst} is not empty and holds no finished OpenVINO export (no {MANIFEST}). Export into "
+            "another folder, or pass force=True to replace everything in it."
+        )
+    manifest = read_json(dst / MANIFEST)
+    check_source(manifest, src, dst)
+    return manifest
 
 
 def source_fingerprint(src: Path) -> str:

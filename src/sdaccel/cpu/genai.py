@@ -8,43 +8,41 @@ Python or PyTorch at generation time. It reads the folder that
 Its ``TorchGenerator`` reproduces ``torch.randn`` on a seeded CPU generator, so with the same seed
 GenAI starts from the same noise as diffusers and :class:`sdaccel.cpu.pipeline.OVPipeline`, and
 the three can be compared image against image.
+
+:class:`GenAIPipeline` is called as every front-end of :mod:`sdaccel.contract` is. GenAI's own
+``generate`` takes one prompt at a time, so a list of prompts is generated one prompt after the
+other, all from **one** ``TorchGenerator(seed)``: prompt ``k`` takes the next latents from the
+same stream. For noise tensors whose size is a multiple of 16 values (every latent of 4 channels
+and an even side), ``torch.randn`` draws its values in blocks of 16 from one stream of uniforms,
+so these consecutive draws are exactly the batch that ``OVPipeline`` draws for the same prompts
+and seed: the same seed gives the same images in both (``tests/test_cpu_pipeline.py`` checks it).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
 from sdaccel.checkpoint import CheckpointError
-from sdaccel.cpu.export import StaticShape
-
-
-@dataclass
-class GenAIOutput:
-    """PIL ``images`` and ``timings`` in seconds: ``unet_steps`` (each UNet inference, from
-    GenAI's own performance metrics), ``text_encoder``, ``vae_decoder`` and ``total`` (wall)."""
-
-    images: list
-    timings: dict = field(default_factory=dict)
-
-    @property
-    def unet_step_median(self) -> float:
-        return float(np.median(self.timings["unet_steps"]))
+from sdaccel.contract import GenerationResult, check_inputs, make_timings
+from sdaccel.cpu.export import StaticShape, read_defaults
 
 
 class GenAIPipeline:
-    """A thin wrapper: ``openvino_genai.Text2ImagePipeline(folder, device)`` that returns PIL images.
+    """A thin wrapper: ``openvino_genai.Text2ImagePipeline(folder, device)`` on the contract of
+    :mod:`sdaccel.contract` (``generate(prompts, ...) -> GenerationResult``).
 
     Args:
       folder: an export folder (SD 1.x/2.x or SDXL).
       precision: ``"f32"``, ``"bf16"`` or ``None`` (OpenVINO's default), passed to every model as
         ``INFERENCE_PRECISION_HINT``.
-      static: ``None`` or a ``StaticShape`` / ``(batch, height, width)``: GenAI's own
-        ``reshape(num_images_per_prompt, height, width, guidance_scale)`` before compiling.
+      static: ``None`` or a ``StaticShape`` / ``(1, height, width)``: GenAI's own
+        ``reshape(1, height, width, guidance_scale)`` before compiling (one image per call, as
+        this wrapper generates them).
     """
 
     def __init__(
@@ -60,6 +58,7 @@ class GenAIPipeline:
         self.folder = Path(folder)
         if not (self.folder / "model_index.json").is_file():
             raise CheckpointError(f"No OpenVINO export at {self.folder} (missing model_index.json).")
+        self.defaults = read_defaults(self.folder)
         properties = dict(ov_config or {})
         if precision is not None:
             properties["INFERENCE_PRECISION_HINT"] = precision
@@ -67,54 +66,95 @@ class GenAIPipeline:
         if self.static is None:
             self.pipe = openvino_genai.Text2ImagePipeline(self.folder, device, **properties)
         else:
+            if self.static.batch != 1:
+                raise ValueError(
+                    f"GenAIPipeline generates one image per GenAI call: static batch must be 1, got "
+                    f"{self.static.batch}. Use static=(1, height, width)."
+                )
+            self.defaults = dataclasses.replace(
+                self.defaults, height=self.static.height, width=self.static.width
+            )
             self.pipe = openvino_genai.Text2ImagePipeline(self.folder)
             guidance = 7.5 if self.static.guidance else 1.0  # GenAI only asks whether it is > 1
-            self.pipe.reshape(self.static.batch, self.static.height, self.static.width, guidance)
+            self.pipe.reshape(1, self.static.height, self.static.width, guidance)
             self.pipe.compile(device, **properties)
 
-    def __call__(
+    def generate(
         self,
-        prompt: str,
-        negative_prompt: str | None = None,
-        steps: int = 25,
-        guidance_scale: float = 7.5,
+        prompts: str | list[str],
+        negative_prompts: str | list[str] | None = None,
+        steps: int | None = None,
+        guidance_scale: float | None = None,
         height: int | None = None,
         width: int | None = None,
         seed: int = 0,
-        num_images: int = 1,
+        *,
         torch_generator: bool = True,
-    ) -> GenAIOutput:
-        """Generate ``num_images`` images for one prompt.
+    ) -> GenerationResult:
+        """Generate one image per prompt (see the module doc for how ``seed`` maps to images).
 
         ``torch_generator=True`` draws the noise with GenAI's ``TorchGenerator(seed)``, which
         matches ``torch.randn`` (and so diffusers and ``OVPipeline``); ``False`` uses GenAI's
-        default C++ generator (``rng_seed``).
+        default C++ generator (``rng_seed``, prompt ``k`` seeded with ``seed + k``).
+
+        ``array`` holds GenAI's 8-bit images as floats (it truncates to 8 bits where
+        ``OVPipeline`` rounds). ``timings``: the keys of :data:`sdaccel.contract.TIMING_KEYS`, from
+        GenAI's own performance metrics summed over the prompts, plus ``unet_steps`` (each UNet
+        inference), ``unet_step_median_s`` and ``vae_decoder_s``.
         """
         import openvino_genai
         from PIL import Image
 
-        kwargs = {
-            "num_inference_steps": steps,
-            "guidance_scale": guidance_scale,
-            "num_images_per_prompt": num_images,
-        }
-        kwargs.update({k: v for k, v in (("height", height), ("width", width)) if v is not None})
-        if negative_prompt is not None:
-            kwargs["negative_prompt"] = negative_prompt
-        if torch_generator:
-            kwargs["generator"] = openvino_genai.TorchGenerator(seed)
-        else:
-            kwargs["rng_seed"] = seed
+        request = check_inputs(
+            prompts, negative_prompts, steps, guidance_scale, height, width, seed, defaults=self.defaults
+        )
+        if self.static is not None:
+            wanted = (request.height, request.width, request.guided)
+            have = (self.static.height, self.static.width, self.static.guidance)
+            if wanted != have:
+                raise ValueError(
+                    f"This pipeline was compiled static for (height, width, guidance)={have}; got "
+                    f"{wanted}. Load it again with static=None or the new shape."
+                )
+        generator = openvino_genai.TorchGenerator(request.seed) if torch_generator else None
+        images, unet_steps = [], []
+        encode_s = vae_decoder_s = 0.0
         start = time.perf_counter()
-        tensor = self.pipe.generate(prompt, **kwargs)
-        total = time.perf_counter() - start
-        metrics = self.pipe.get_performance_metrics()
-        timings = {
-            "unet_steps": [us / 1e6 for us in metrics.raw_metrics.unet_inference_durations],
-            "text_encoder": sum(metrics.get_text_encoder_infer_duration().values()) / 1e3,
-            "vae_decoder": metrics.get_vae_decoder_infer_duration() / 1e3,
-            "total": total,
-        }
-        return GenAIOutput([Image.fromarray(a) for a in np.asarray(tensor.data)], timings)
+        for k, prompt in enumerate(request.prompts):
+            kwargs = {
+                "num_inference_steps": request.steps,
+                "guidance_scale": request.guidance_scale,
+                "num_images_per_prompt": 1,
+                "height": request.height,
+                "width": request.width,
+            }
+            if request.negative_prompts is not None:
+                kwargs["negative_prompt"] = request.negative_prompts[k]
+            if generator is not None:
+                kwargs["generator"] = generator
+            else:
+                kwargs["rng_seed"] = request.seed + k
+            tensor = self.pipe.generate(prompt, **kwargs)
+            images.append(np.array(tensor.data[0], copy=True))  # GenAI reuses its output buffer
+            metrics = self.pipe.get_performance_metrics()
+            unet_steps += [us / 1e6 for us in metrics.raw_metrics.unet_inference_durations]
+            encode_s += sum(metrics.get_text_encoder_infer_duration().values()) / 1e3
+            vae_decoder_s += metrics.get_vae_decoder_infer_duration() / 1e3
+        run_s = time.perf_counter() - start
+        timings = make_timings(
+            compile_s=0.0,
+            run_s=run_s,
+            encode_s=encode_s,
+            denoise_decode_s=run_s - encode_s,
+            images=request.batch,
+            steps=request.steps,
+            height=request.height,
+            width=request.width,
+            unet_steps=unet_steps,
+            unet_step_median_s=float(np.median(unet_steps)) if unet_steps else 0.0,
+            vae_decoder_s=vae_decoder_s,
+        )
+        array = np.stack(images).astype(np.float32) / 255.0
+        return GenerationResult([Image.fromarray(image) for image in images], array, timings)
 
-    generate = __call__
+    __call__ = generate

@@ -8,7 +8,8 @@ over OpenVINO compiled models, so every step is visible and can be timed, hooked
    concatenates the second-to-last hidden states of both encoders and also feeds the UNet the
    second encoder's pooled ``text_embeds`` and six ``time_ids`` (original size, crop, target size).
 2. **Noise.** ``torch.randn`` with a seeded generator, exactly as diffusers draws it, so the same
-   seed gives the same starting latents here, in diffusers and in GenAI's ``TorchGenerator``.
+   seed gives the same starting latents here, in diffusers and in GenAI's ``TorchGenerator``
+   (seeds are integers in ``[0, 2**32)``, as everywhere in :mod:`sdaccel.contract`).
 3. **Denoising loop.** With classifier-free guidance the UNet sees the batch twice (negative,
    positive) and the two predictions are mixed ``uncond + scale * (text - uncond)``; the
    scheduler takes a step: diffusers' own class, named by ``_class_name`` in the folder's
@@ -25,44 +26,34 @@ Precision: OpenVINO's CPU plugin runs a model in the precision of its
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
 
 from sdaccel.checkpoint import CheckpointError, read_config, read_json
+from sdaccel.contract import (
+    GenerationResult,
+    check_inputs,
+    check_seed,
+    make_timings,
+    to_pil,
+    unscale_latents,
+)
 from sdaccel.cpu.export import (
     MODEL_XML,
     PIPELINE_COMPONENTS,
     StaticShape,
+    read_defaults,
     reshape_static,
     vae_scale_factor_of,
 )
 
 PRECISIONS = ("f32", "bf16", "f16")
-
-
-@dataclass
-class PipelineOutput:
-    """What one call returns.
-
-    ``images`` are PIL images; ``arrays`` the same images as float32 NHWC in [0, 1] (before the
-    8-bit rounding, handy for parity checks); ``latents`` the final latents (NCHW); ``timings``
-    seconds for ``text_encoder``, ``unet_steps`` (one UNet inference per denoising step, the
-    scheduler arithmetic not included), ``vae_decoder`` and ``total``.
-    """
-
-    images: list
-    arrays: np.ndarray
-    latents: np.ndarray
-    timings: dict = field(default_factory=dict)
-
-    @property
-    def unet_step_median(self) -> float:
-        return float(np.median(self.timings["unet_steps"]))
 
 
 def _precision_name(value) -> str:
@@ -71,17 +62,15 @@ def _precision_name(value) -> str:
     return {"float32": "f32", "bfloat16": "bf16", "float16": "f16"}.get(name, name)
 
 
-def _as_list(value, n: int | None = None) -> list[str]:
-    items = [value] if isinstance(value, str) else list(value)
-    if n is not None and len(items) == 1 and n > 1:
-        items = items * n
-    if n is not None and len(items) != n:
-        raise ValueError(f"Got {len(items)} negative prompts for {n} prompts.")
-    return items
-
-
 class OVPipeline:
-    """Stable Diffusion 1.x/2.x or SDXL over an export folder from :func:`export_pipeline`."""
+    """Stable Diffusion 1.x/2.x or SDXL over an export folder from :func:`export_pipeline`.
+
+    Called as every front-end of :mod:`sdaccel.contract` is: ``pipe.generate(prompts, ...)`` (or
+    ``pipe(...)``) returns a :class:`~sdaccel.contract.GenerationResult`; ``pipe.defaults`` holds
+    what a call leaves out (20 steps, the guidance of the checkpoint's pipeline class, the UNet's
+    native size) and the sizes it accepts. A failed call, wherever it fails (even inside
+    OpenVINO), leaves the pipeline as it was: the next valid call works.
+    """
 
     def __init__(self, folder: Path, core, device: str, precision: str | None, static, ov_config: dict):
         from diffusers import schedulers
@@ -103,6 +92,11 @@ class OVPipeline:
         self.vae_config = read_config(folder, "vae_decoder")
         self.vae_scale_factor = vae_scale_factor_of(folder)
         self.unet_config = read_config(folder, "unet")
+        self.defaults = read_defaults(folder)
+        if self.static is not None:  # a static pipeline takes one size: make it the default
+            self.defaults = dataclasses.replace(
+                self.defaults, height=self.static.height, width=self.static.width
+            )
 
         encoders = ("text_encoder", "text_encoder_2") if self.is_sdxl else ("text_encoder",)
         self.tokenizers = [
@@ -111,10 +105,10 @@ class OVPipeline:
         encoder_configs = [read_config(folder, e) for e in encoders]
         self.text_encoder_layers = [c["num_hidden_layers"] for c in encoder_configs]
         self.max_length = encoder_configs[0].get("max_position_embeddings", 77)  # 77 tokens in SD
-        self.text_encoders = [self._compile(e) for e in encoders]
-        self.unet = self._compile("unet")
-        self.vae_decoder = self._compile("vae_decoder")
-        self._requests = {}
+        self._sources, self._requests, self._running = {}, {}, None
+        self.text_encoders = [self._load(f"text_encoder_{i}", e) for i, e in enumerate(encoders)]
+        self.unet = self._load("unet", "unet")
+        self.vae_decoder = self._load("vae_decoder", "vae_decoder")
 
     @classmethod
     def from_pretrained(
@@ -184,17 +178,53 @@ class OVPipeline:
             )
         return self.core.compile_model(model, self.device, self.compile_config)
 
+    def _load(self, name: str, source):
+        """Compile ``source`` (see :meth:`_compile`) and remember it, to compile again after a
+        failure (:meth:`_recover`)."""
+        compiled = self._compile(source)
+        self._sources[name] = source
+        return compiled
+
     def replace_unet(self, model) -> None:
         """Swap in another UNet: an ``ov.Model`` (e.g. NNCF-quantized; reshaped in place when the
         pipeline is static), a path to its ``.xml``, or an already compiled model. It must have the
         same inputs and outputs; it is compiled with this pipeline's device and precision."""
-        self.unet = self._compile(str(model) if isinstance(model, Path) else model)
+        self.unet = self._load("unet", str(model) if isinstance(model, Path) else model)
         self._requests.pop("unet", None)
 
     def _request(self, name: str, compiled):
+        """One infer request per model, made on first use and reused (its buffers stay allocated)."""
         if name not in self._requests:
             self._requests[name] = compiled.create_infer_request()
         return self._requests[name]
+
+    def _infer(self, name: str, compiled, inputs: dict):
+        """Run one model on ``inputs``; returns its infer request (to read the outputs)."""
+        request = self._request(name, compiled)
+        self._running = name
+        request.infer(inputs)
+        self._running = None
+        return request
+
+    def _recover(self, error: BaseException) -> None:
+        """After a failed call: drop every infer request, and compile again the model whose
+        inference failed. The CPU plugin keeps state from a failed inference in the compiled
+        model (a Concat that failed shape inference fails again at the next, valid, shape), so a
+        new infer request alone would not do; compiling again from the same source does."""
+        failed, self._running = self._running, None
+        self._requests.clear()
+        source = self._sources.get(failed)
+        if failed is None or source is None or hasattr(source, "create_infer_request"):
+            return  # nothing ran in OpenVINO, or only a compiled model was given (nothing to redo)
+        try:
+            compiled = self._compile(source)
+        except Exception as again:  # keep the original error; say the pipeline needs reloading
+            error.add_note(f"Compiling {failed} again failed too ({again}): load the pipeline again.")
+            return
+        if failed.startswith("text_encoder_"):
+            self.text_encoders[int(failed.rsplit("_", 1)[1])] = compiled
+        else:
+            setattr(self, failed, compiled)
 
     @property
     def precisions(self) -> dict[str, str]:
@@ -222,8 +252,9 @@ class OVPipeline:
             texts = [*(negatives or [""] * len(prompts)), *prompts]
         hidden, pooled = [], None
         for i, (tokenizer, encoder) in enumerate(zip(self.tokenizers, self.text_encoders, strict=True)):
-            request = self._request(f"text_encoder_{i}", encoder)
-            request.infer({"input_ids": self._tokenize(tokenizer, texts)})
+            request = self._infer(
+                f"text_encoder_{i}", encoder, {"input_ids": self._tokenize(tokenizer, texts)}
+            )
             if not self.is_sdxl:
                 hidden.append(request.get_tensor("last_hidden_state").data.copy())
                 continue
@@ -239,106 +270,115 @@ class OVPipeline:
             pooled[:n] = 0
         return {"encoder_hidden_states": states} | ({"text_embeds": pooled} if self.is_sdxl else {})
 
-    def prepare_latents(self, batch: int, height: int, width: int, seed: int | None):
-        """Gaussian noise as diffusers draws it: ``torch.randn`` on a CPU generator seeded with ``seed``."""
+    def prepare_latents(self, batch: int, height: int, width: int, seed: int):
+        """Gaussian noise as diffusers draws it: ``torch.randn`` on a CPU generator seeded with
+        ``seed`` (an integer in ``[0, 2**32)``, :func:`sdaccel.contract.check_seed`)."""
         import torch
 
-        shape = (
-            batch,
-            self.unet_config["in_channels"],
-            height // self.vae_scale_factor,
-            width // self.vae_scale_factor,
-        )
-        generator = torch.Generator().manual_seed(seed) if seed is not None else None
-        return torch.randn(shape, generator=generator, dtype=torch.float32)
+        generator = torch.Generator().manual_seed(check_seed(seed))
+        return torch.randn(self.latent_shape(batch, height, width), generator=generator, dtype=torch.float32)
 
     def decode(self, latents: np.ndarray) -> np.ndarray:
         """Latents -> float32 NHWC images in [0, 1] (diffusers' ``VaeImageProcessor`` post-processing)."""
         cfg = self.vae_config
-        if cfg.get("latents_mean") is not None and cfg.get("latents_std") is not None:
-            mean = np.asarray(cfg["latents_mean"], np.float32).reshape(1, -1, 1, 1)
-            std = np.asarray(cfg["latents_std"], np.float32).reshape(1, -1, 1, 1)
-            latents = latents * std / cfg["scaling_factor"] + mean
-        else:
-            latents = latents / cfg["scaling_factor"]
-        request = self._request("vae_decoder", self.vae_decoder)
-        request.infer({"latent_sample": np.ascontiguousarray(latents, dtype=np.float32)})
+        latents = unscale_latents(
+            latents, cfg["scaling_factor"], cfg.get("latents_mean"), cfg.get("latents_std"), channel_axis=1
+        )
+        request = self._infer(
+            "vae_decoder",
+            self.vae_decoder,
+            {"latent_sample": np.ascontiguousarray(latents, dtype=np.float32)},
+        )
         image = request.get_tensor("sample").data
         return np.clip(image / 2 + 0.5, 0, 1).transpose(0, 2, 3, 1).astype(np.float32)
 
-    @staticmethod
-    def to_pil(arrays: np.ndarray) -> list:
-        from PIL import Image
-
-        return [Image.fromarray(a) for a in (arrays * 255).round().astype(np.uint8)]
-
     # -- the whole call ----------------------------------------------------------------------
 
-    def __call__(
+    def generate(
         self,
         prompts: str | list[str],
         negative_prompts: str | list[str] | None = None,
-        steps: int = 25,
-        guidance_scale: float = 7.5,
+        steps: int | None = None,
+        guidance_scale: float | None = None,
         height: int | None = None,
         width: int | None = None,
-        seed: int | None = 0,
+        seed: int = 0,
+        *,
         latents=None,
         callback: Callable[[int, int, np.ndarray], None] | None = None,
         unet_input_callback: Callable[[dict], None] | None = None,
         deepcache: Callable[[int, dict], np.ndarray] | None = None,
-    ) -> PipelineOutput:
-        """Generate one image per prompt.
+    ) -> GenerationResult:
+        """Generate one image per prompt (the contract of :mod:`sdaccel.contract`).
 
         Args:
-          height, width: default the UNet's ``sample_size * 8`` (512 for SD 1.5, 1024 for SDXL).
-          seed: seeds ``torch.randn`` for the initial noise (ignored when ``latents`` is given).
-          latents: start from these (``[batch, 4, h/8, w/8]``, *before* ``init_noise_sigma``).
+          prompts, negative_prompts, steps, guidance_scale, height, width: as in
+            :func:`sdaccel.contract.check_inputs`; left out, they come from ``self.defaults``.
+          seed: an integer in ``[0, 2**32)``; seeds ``torch.randn`` for the initial noise of the
+            whole batch, as diffusers draws it (ignored when ``latents`` is given).
+          latents: start from these (``[batch, 4, h/f, w/f]``, *before* ``init_noise_sigma``).
           callback: ``callback(step, timestep, latents)`` after every scheduler step.
           unet_input_callback: called with the dict of UNet inputs before every UNet call (to
             collect calibration data for quantization, say).
           deepcache: a :class:`sdaccel.cpu.deepcache.DeepCache` (any ``deepcache(step, inputs)``
             returning ``out_sample``) that runs the UNet in place of this pipeline's own: the full
             UNet every N-th step, its shallow part with a cached deep feature in between.
-        """
-        import torch
 
-        start = time.perf_counter()
-        prompts = _as_list(prompts)
-        negatives = None if negative_prompts is None else _as_list(negative_prompts, len(prompts))
-        default = self.unet_config["sample_size"] * self.vae_scale_factor
-        height, width = height or default, width or default
-        if height % self.vae_scale_factor or width % self.vae_scale_factor:
-            raise ValueError(
-                f"height and width must be multiples of {self.vae_scale_factor}, got {height}x{width}."
-            )
-        guidance = guidance_scale > 1.0
+        Returns a :class:`~sdaccel.contract.GenerationResult` with ``latents`` (the final ones,
+        NCHW) and ``timings``: the keys of :data:`sdaccel.contract.TIMING_KEYS` (``encode_s``: the
+        text encoders; ``compile_s`` is 0: the models were compiled when the pipeline was loaded),
+        ``unet_steps`` (seconds of each UNet inference, the scheduler arithmetic not included),
+        ``unet_step_median_s`` and ``vae_decoder_s``.
+        """
+        request = check_inputs(
+            prompts, negative_prompts, steps, guidance_scale, height, width, seed, defaults=self.defaults
+        )
         if self.static is not None:
-            wanted = (len(prompts), height, width, guidance)
+            wanted = (request.batch, request.height, request.width, request.guided)
             have = (self.static.batch, self.static.height, self.static.width, self.static.guidance)
             if wanted != have:
                 raise ValueError(
                     f"This pipeline was compiled static for (batch, height, width, guidance)={have}; "
                     f"got {wanted}. Load it again with static=None or the new shape."
                 )
-        timings = {}
+        if latents is not None:
+            expected = self.latent_shape(request.batch, request.height, request.width)
+            if tuple(np.shape(latents)) != expected:
+                raise ValueError(
+                    f"latents must have the shape {expected} (batch, channels, height / "
+                    f"{self.vae_scale_factor}, width / {self.vae_scale_factor}), got {tuple(np.shape(latents))}."
+                )
+        try:
+            return self._generate(request, latents, callback, unet_input_callback, deepcache)
+        except BaseException as error:
+            self._recover(error)  # so that the next valid call works
+            raise
 
-        tick = time.perf_counter()
-        conditioning = self.encode_prompts(prompts, negatives, guidance)
-        batch = len(prompts) * (2 if guidance else 1)
+    __call__ = generate
+
+    def latent_shape(self, batch: int, height: int, width: int) -> tuple[int, int, int, int]:
+        f = self.vae_scale_factor
+        return (batch, self.unet_config["in_channels"], height // f, width // f)
+
+    def _generate(self, request, latents, callback, unet_input_callback, deepcache) -> GenerationResult:
+        import torch
+
+        start = time.perf_counter()
+        guidance, height, width = request.guided, request.height, request.width
+        conditioning = self.encode_prompts(request.prompts, request.negative_prompts, guidance)
+        batch = request.batch * (2 if guidance else 1)
         if self.is_sdxl:
             time_ids = np.array([height, width, 0, 0, height, width], np.float32)
             conditioning["time_ids"] = np.tile(time_ids, (batch, 1))
-        timings["text_encoder"] = time.perf_counter() - tick
+        encode_s = time.perf_counter() - start
 
         scheduler = self.scheduler_class.from_config(self.scheduler_config)  # fresh state per call
-        scheduler.set_timesteps(steps)
+        scheduler.set_timesteps(request.steps)
         if latents is None:
-            latents = self.prepare_latents(len(prompts), height, width, seed)
+            latents = self.prepare_latents(request.batch, height, width, request.seed)
         latents = torch.as_tensor(np.asarray(latents, np.float32)) * scheduler.init_noise_sigma
 
-        unet = self._request("unet", self.unet)
-        timings["unet_steps"] = []
+        unet_steps = []
         for step, t in enumerate(scheduler.timesteps):
             model_input = torch.cat([latents] * 2) if guidance else latents
             model_input = scheduler.scale_model_input(model_input, t)
@@ -351,26 +391,36 @@ class OVPipeline:
                 unet_input_callback(inputs)
             tick = time.perf_counter()
             if deepcache is None:
-                unet.infer(inputs)
-                noise = unet.get_tensor("out_sample").data.copy()
+                noise = self._infer("unet", self.unet, inputs).get_tensor("out_sample").data.copy()
             else:
                 noise = deepcache(step, inputs)
-            timings["unet_steps"].append(time.perf_counter() - tick)
+            unet_steps.append(time.perf_counter() - tick)
             noise = torch.from_numpy(noise)
             if guidance:
                 uncond, text = noise.chunk(2)
-                noise = uncond + guidance_scale * (text - uncond)
+                noise = uncond + request.guidance_scale * (text - uncond)
             latents = scheduler.step(noise, t, latents, return_dict=False)[0]
             if callback is not None:
                 callback(step, int(t), latents.numpy())
 
         tick = time.perf_counter()
-        arrays = self.decode(latents.numpy())
-        timings["vae_decoder"] = time.perf_counter() - tick
-        timings["total"] = time.perf_counter() - start
-        return PipelineOutput(self.to_pil(arrays), arrays, latents.numpy(), timings)
-
-    generate = __call__
+        array = self.decode(latents.numpy())
+        vae_decoder_s = time.perf_counter() - tick
+        run_s = time.perf_counter() - start
+        timings = make_timings(
+            compile_s=0.0,
+            run_s=run_s,
+            encode_s=encode_s,
+            denoise_decode_s=run_s - encode_s,
+            images=request.batch,
+            steps=request.steps,
+            height=height,
+            width=width,
+            unet_steps=unet_steps,
+            unet_step_median_s=float(np.median(unet_steps)),
+            vae_decoder_s=vae_decoder_s,
+        )
+        return GenerationResult(to_pil(array), array, timings, latents=latents.numpy())
 
 
 def run_diffusers(

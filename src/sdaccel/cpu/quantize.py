@@ -47,7 +47,7 @@ quant_memory``; batch 2, 64x64 latents, 8 samples, peak RSS of the quantizing pr
   the f32 statistics model holds INT8 MatMul weights;
 * a smaller ``subset_size``, and calibration samples streamed from disk (:class:`CalibrationSet`)
   instead of held in memory;
-* each quantization in a child process (:func:`run_with_memory_limit`), so nothing stays resident
+* each quantization in a child process (:func:`sdaccel.processes.run_with_memory_limit`), so nothing stays resident
   between recipes, the peak is measured per recipe, and a run that would exhaust the machine is
   stopped at a limit instead.
 
@@ -60,19 +60,18 @@ it passed 16 GiB anonymous.
 from __future__ import annotations
 
 import logging
-import multiprocessing
 import os
 import random
 import re
-import resource
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Iterator, Sequence, Sized
 from importlib import resources
 from pathlib import Path
 
 import numpy as np
+
+from sdaccel.staging import check_writable, staged_folder
 
 #: The three INT8 recipes, by the names used in results, benchmarks and folders.
 VARIANTS = ("int8_weights", "hybrid", "full_int8")
@@ -227,9 +226,10 @@ def quantize_full(
     """
     import nncf
 
+    dataset = _as_dataset(calibration_data, "full_int8")
     return nncf.quantize(
         read_model(model),
-        _as_dataset(calibration_data),
+        dataset,
         subset_size=subset_size,
         model_type=nncf.ModelType.TRANSFORMER,
         ignored_scope=_ignored(ignored),
@@ -298,6 +298,7 @@ def quantize_hybrid(
     """
     import nncf
 
+    dataset = _as_dataset(calibration_data, "hybrid")  # checked before the weights are compressed
     model = read_model(model)
     weighted = weighted_matmul_and_gather_names(model)
     mode = nncf.CompressWeightsMode.INT8_SYM if symmetric_weights else nncf.CompressWeightsMode.INT8_ASYM
@@ -311,7 +312,7 @@ def quantize_hybrid(
     )
     return nncf.quantize(
         model,
-        _as_dataset(calibration_data),
+        dataset,
         subset_size=subset_size,
         model_type=nncf.ModelType.TRANSFORMER,
         ignored_scope=scope,
@@ -337,12 +338,54 @@ def quantize_variant(model, variant: str, calibration_data=None, subset_size: in
 
 def read_prompts(path: str | os.PathLike | None = None) -> list[str]:
     """The calibration prompts: one per line, ``#`` comments and blank lines skipped. Without a
-    path, the file shipped with the package (``sdaccel/data/calibration_prompts.txt``)."""
+    path, the file shipped with the package (``sdaccel/data/calibration_prompts.txt``).
+
+    A missing file or one without a prompt is an error that names it (never an empty list, which
+    would only fail later, after the weights were compressed)."""
     if path is None:
         text = resources.files("sdaccel").joinpath("data/calibration_prompts.txt").read_text()
     else:
-        text = Path(path).read_text()
-    return [line.strip() for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#")]
+        path = Path(path)
+        if not path.is_file():
+            raise FileNotFoundError(
+                f"Calibration prompt file {path} does not exist: fix the path, or pass None for the "
+                "prompts shipped with sdaccel (sdaccel/data/calibration_prompts.txt)."
+            )
+        text = path.read_text()
+    prompts = [
+        line.strip() for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#")
+    ]
+    if not prompts:
+        raise ValueError(
+            f"Calibration prompt file {path} holds no prompt: write one prompt per line (lines "
+            "starting with # and blank lines are skipped), or pass None for the shipped prompts."
+        )
+    return prompts
+
+
+def check_calibration(calibration, variant: str):
+    """Refuse, before any quantization step, calibration data that ``variant`` cannot use:
+    ``None``, an empty list, a missing folder or one without samples. ``int8_weights`` needs
+    none. Returns ``calibration`` (a folder as a :class:`CalibrationSet`)."""
+    if variant not in VARIANTS:
+        raise ValueError(f"unknown INT8 variant {variant!r}; expected one of {VARIANTS}")
+    if variant == "int8_weights":
+        return calibration
+    fix = (
+        "collect UNet inputs first with sdaccel.cpu.quantize.collect_unet_inputs(pipe, prompts, ...) "
+        "and pass them (or their out_dir); int8_weights needs no calibration data."
+    )
+    if calibration is None:
+        raise ValueError(f"{variant} needs calibration data, got None: {fix}")
+    if isinstance(calibration, str | os.PathLike):
+        if not Path(calibration).is_dir():
+            raise FileNotFoundError(f"Calibration folder {calibration} does not exist: {fix}")
+        calibration = CalibrationSet(calibration)
+    if isinstance(calibration, CalibrationSet) and len(calibration) == 0:
+        raise ValueError(f"Calibration folder {calibration.folder} holds no sample_*.npz: {fix}")
+    if isinstance(calibration, Sized) and len(calibration) == 0:
+        raise ValueError(f"The calibration data of {variant} is empty: {fix}")
+    return calibration
 
 
 class CalibrationSet:
@@ -439,44 +482,87 @@ def collect_unet_inputs(
     ``pipeline`` is an ``OVPipeline`` (``sdaccel.cpu.pipeline``): its ``generate`` calls
     ``unet_input_callback(inputs)`` with the dict of arrays it is about to give the UNet. The
     arrays are copied, since a pipeline may reuse its buffers.
+
+    An empty ``prompts`` or an ``out_dir`` that cannot be written is refused before the first
+    image. ``out_dir`` is replaced whole, and only at the end (:func:`sdaccel.staging.staged_folder`):
+    a run that fails half-way leaves the previous calibration set as it was.
     """
     from tqdm.auto import tqdm
 
-    store = CalibrationSet(out_dir) if out_dir is not None else None
-    if store is not None:
-        for old in store.files:
-            old.unlink()
-    reservoir = Reservoir(num_samples, seed=seed, store=store)
-    calls = 0
-
-    def keep(inputs: dict) -> None:
-        nonlocal calls
-        if calls % stride == 0:
-            reservoir.add({name: np.array(value, copy=True) for name, value in inputs.items()})
-        calls += 1
-
-    size = {} if height is None else {"height": height, "width": width}
-    for index, prompt in enumerate(tqdm(prompts, desc="calibration", disable=not progress)):
-        pipeline.generate(
-            [prompt],
-            negative_prompts=None if negative_prompt is None else [negative_prompt],
-            steps=steps,
-            guidance_scale=guidance_scale,
-            seed=seed + index,
-            unet_input_callback=keep,
-            **size,
+    prompts = list(prompts)
+    if not prompts:
+        raise ValueError(
+            "No calibration prompts: pass at least one (sdaccel.cpu.quantize.read_prompts() reads "
+            "the shipped ones, or a file with one prompt per line)."
         )
-    return store if store is not None else reservoir.items
+    size = {} if height is None else {"height": height, "width": width}
+
+    def run(store: CalibrationSet | None) -> Reservoir:
+        reservoir = Reservoir(num_samples, seed=seed, store=store)
+        calls = 0
+
+        def keep(inputs: dict) -> None:
+            nonlocal calls
+            if calls % stride == 0:
+                reservoir.add({name: np.array(value, copy=True) for name, value in inputs.items()})
+            calls += 1
+
+        for index, prompt in enumerate(tqdm(prompts, desc="calibration", disable=not progress)):
+            pipeline.generate(
+                [prompt],
+                negative_prompts=None if negative_prompt is None else [negative_prompt],
+                steps=steps,
+                guidance_scale=guidance_scale,
+                seed=seed + index,
+                unet_input_callback=keep,
+                **size,
+            )
+        return reservoir
+
+    if out_dir is None:
+        return run(None).items
+    with staged_folder(out_dir) as stage:
+        run(CalibrationSet(stage))
+    return CalibrationSet(out_dir)
 
 
-def _as_dataset(data):
+def calibrate_on_training_captions(
+    pipe,
+    out_dir: Path,
+    steps: int,
+    guidance_scale: float,
+    size: int,
+    prompts: int = 16,
+    samples: int = 64,
+    seed: int = 0,
+    progress: bool = False,
+) -> CalibrationSet:
+    """INT8 calibration data for a trained shapes checkpoint (:mod:`sdaccel.shapes`): the f32
+    ``pipe``'s UNet inputs over ``prompts`` *training* captions (never the held-out ones that are
+    evaluated), a reservoir of ``samples`` spread over the prompts and steps, streamed to
+    ``out_dir`` (:func:`collect_unet_inputs`)."""
+    from sdaccel import shapes
+
+    return collect_unet_inputs(
+        pipe,
+        shapes.prompts(prompts, seed=seed + 1, split="train"),
+        steps=steps,
+        num_samples=samples,
+        guidance_scale=guidance_scale,
+        height=size,
+        width=size,
+        seed=seed,
+        out_dir=out_dir,
+        progress=progress,
+    )
+
+
+def _as_dataset(data, variant: str):
     import nncf
 
     if isinstance(data, nncf.Dataset):
         return data
-    if isinstance(data, str | os.PathLike):
-        data = CalibrationSet(data)
-    return nncf.Dataset(data)
+    return nncf.Dataset(check_calibration(data, variant))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -523,22 +609,31 @@ def quantize_ir(
     **knobs,
 ) -> dict:
     """Read an IR, apply one of :data:`VARIANTS`, save the result: the unit of work that
-    :func:`run_with_memory_limit` runs in a child process (everything is passed by path).
+    :func:`sdaccel.processes.run_with_memory_limit` runs in a child process (everything is passed
+    by path).
 
     ``calibration`` is a :class:`CalibrationSet` folder (unused by ``int8_weights``). The result is
     saved without fp16 compression of the remaining float constants (quantizer ranges and
     scales stay exact; the weights are INT8 anyway). ``log_level`` is NNCF's (its INFO lists every
     ignored node). Returns the time and the IR's size and :func:`describe_ir` counts.
+
+    Before any work: the variant, the source IR, the calibration data (:func:`check_calibration`)
+    and that ``dst_xml``'s folder can be written are checked. The IR is saved under a temporary
+    name and renamed into place, so a failure never leaves a half-written ``dst_xml``.
     """
     import nncf
-    import openvino as ov
 
+    from sdaccel.cpu.export import save_ir
+
+    data = check_calibration(calibration, variant)
+    if not Path(src_xml).is_file():
+        raise FileNotFoundError(f"No IR at {src_xml}: export the UNet first (sdaccel.cpu.export).")
+    check_writable(Path(dst_xml).parent)
     nncf.set_log_level(log_level)
     start = time.perf_counter()
-    data = CalibrationSet(calibration) if calibration is not None else None
     model = quantize_variant(read_model(src_xml), variant, data, subset_size, **knobs)
     Path(dst_xml).parent.mkdir(parents=True, exist_ok=True)
-    ov.save_model(model, str(dst_xml), compress_to_fp16=False)
+    save_ir(model, Path(dst_xml), compress_to_fp16=False)
     return {
         "variant": variant,
         "seconds": time.perf_counter() - start,
@@ -598,143 +693,3 @@ def time_unet(
         "compile_s": compile_s,
         "precision": compiled.get_property("INFERENCE_PRECISION_HINT").get_type_name(),
     }
-
-
-# ----------------------------------------------------------------------------------------------
-# Peak memory of a child process
-# ----------------------------------------------------------------------------------------------
-
-
-@dataclass
-class ChildRun:
-    """What :func:`run_with_memory_limit` saw: the function's result (``None`` if it failed), the
-    child's peak resident memory in bytes (all of it, and its anonymous part), the polled RSS
-    ``samples``, and why it failed if it did.
-
-    The two peaks differ by the file-backed pages the child mapped and touched, such as an IR's
-    ``.bin`` read memory-mapped: they count as resident, but the kernel can drop and re-read them
-    under memory pressure. The anonymous part (``RssAnon``: heap, compiled weights, activations)
-    is what cannot be given back, so it is what the limit watches.
-    """
-
-    result: object = None
-    peak_rss_bytes: int = 0
-    peak_anon_bytes: int = 0
-    seconds: float = 0.0
-    ok: bool = False
-    error: str | None = None
-    samples: list[int] = field(default_factory=list, repr=False)
-
-    @property
-    def peak_rss_gb(self) -> float:
-        return self.peak_rss_bytes / 2**30
-
-    @property
-    def peak_anon_gb(self) -> float:
-        return self.peak_anon_bytes / 2**30
-
-
-def _child_main(conn, fn, args, kwargs, address_space_bytes):
-    if address_space_bytes:
-        resource.setrlimit(resource.RLIMIT_AS, (address_space_bytes, address_space_bytes))
-    try:
-        result, error = fn(*args, **kwargs), None
-    except BaseException as exc:  # reported to the parent, which decides
-        result, error = None, f"{type(exc).__name__}: {exc}"
-    conn.send((result, error, _peak_rss_bytes()))
-    conn.close()
-
-
-def _anon_bytes(pid: int) -> int | None:
-    """Anonymous resident memory of a process (``RssAnon`` + ``RssShmem``), ``None`` off Linux."""
-    try:
-        fields = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines())
-        return sum(int(fields[k].split()[0]) * 1024 for k in ("RssAnon", "RssShmem"))
-    except (OSError, KeyError, ValueError):
-        return None
-
-
-def _peak_rss_bytes() -> int:
-    """Peak resident set of this process: ``VmHWM`` from ``/proc/self/status`` on Linux.
-
-    Not ``ru_maxrss``: Linux carries it across ``exec``, so a child started by fork+exec (as
-    ``spawn`` does) would report at least its parent's RSS at the fork. ``VmHWM`` belongs to the
-    process's own address space and starts afresh at ``exec``.
-    """
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-
-
-def run_with_memory_limit(
-    fn: Callable,
-    *args,
-    limit_gb: float | None = None,
-    address_space_gb: float | None = None,
-    poll_s: float = 0.05,
-    timeout_s: float | None = None,
-    **kwargs,
-) -> ChildRun:
-    """Run ``fn(*args, **kwargs)`` in a fresh (spawned) Python process and measure its peak memory.
-
-    ``peak_rss_bytes`` is the child's own high-water mark (``VmHWM``, exact) when it finishes, or
-    the largest RSS seen by polling it every ``poll_s`` seconds when it is killed;
-    ``peak_anon_bytes`` is the largest anonymous RSS seen by polling (see :class:`ChildRun`).
-    ``limit_gb`` is a watchdog on the anonymous RSS (the RSS where ``/proc`` does not tell): the
-    child is killed as soon as it is seen above the limit, so a run that would exhaust the machine
-    stops first (an allocation made between two polls can still overshoot briefly).
-    ``address_space_gb`` additionally sets ``RLIMIT_AS`` in the child, a hard limit on virtual
-    memory (allocations beyond it fail at once); leave generous headroom, since threads and
-    allocators reserve far more address space than they touch.
-
-    ``fn`` must be importable by name (a module-level function), as for any spawned process.
-    """
-    import psutil
-
-    context = multiprocessing.get_context("spawn")
-    parent, child = context.Pipe(duplex=False)
-    address_space = int(address_space_gb * 2**30) if address_space_gb else 0
-    process = context.Process(target=_child_main, args=(child, fn, args, kwargs, address_space))
-    start = time.perf_counter()
-    process.start()
-    child.close()
-    watched = psutil.Process(process.pid)
-    run = ChildRun()
-    limit = int(limit_gb * 2**30) if limit_gb else None
-    message = None
-    while process.is_alive() and message is None:
-        try:
-            rss = watched.memory_info().rss
-        except psutil.NoSuchProcess:
-            break
-        anon = _anon_bytes(process.pid)
-        run.samples.append(rss)
-        run.peak_rss_bytes = max(run.peak_rss_bytes, rss)
-        run.peak_anon_bytes = max(run.peak_anon_bytes, anon or 0)
-        watched_bytes, kind = (rss, "RSS") if anon is None else (anon, "anonymous RSS")
-        if limit is not None and watched_bytes > limit:
-            process.kill()
-            run.error = f"killed: {kind} {watched_bytes / 2**30:.1f} GiB above the {limit_gb} GiB limit"
-            break
-        if timeout_s is not None and time.perf_counter() - start > timeout_s:
-            process.kill()
-            run.error = f"killed: still running after {timeout_s} s"
-            break
-        if parent.poll(poll_s):
-            message = parent.recv()
-    if message is None and run.error is None and parent.poll(1.0):
-        message = parent.recv()
-    process.join()
-    run.seconds = time.perf_counter() - start
-    if message is not None:
-        run.result, error, maxrss = message
-        run.peak_rss_bytes = max(run.peak_rss_bytes, maxrss)
-        run.error = error
-        run.ok = error is None
-    elif run.error is None:
-        run.error = f"child exited with code {process.exitcode} without a result"
-    return run

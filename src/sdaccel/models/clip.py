@@ -39,7 +39,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from sdaccel.checkpoint import abstract_model, load_weights, open_weights, read_config
-from sdaccel.models.attention import attention
+from sdaccel.models.attention import XLA, attention
 
 
 def quick_gelu(x):
@@ -145,6 +145,7 @@ class CLIPAttention(nnx.Module):
         self.k_proj = nnx.Linear(dim, dim, rngs=rngs)
         self.v_proj = nnx.Linear(dim, dim, rngs=rngs)
         self.out_proj = nnx.Linear(dim, dim, rngs=rngs)
+        self.attention_impl = XLA  # static; sdaccel.models.attention.use changes it
 
     def __call__(self, x):
         batch, seq_len, dim = x.shape
@@ -152,7 +153,8 @@ class CLIPAttention(nnx.Module):
         q = self.q_proj(x).reshape(heads)
         k = self.k_proj(x).reshape(heads)
         v = self.v_proj(x).reshape(heads)
-        out = attention(q, k, v, is_causal=True)  # scale 1/sqrt(head_dim), as transformers
+        # scale 1/sqrt(head_dim), as transformers
+        out = attention(q, k, v, impl=self.attention_impl, is_causal=True)
         return self.out_proj(out.reshape(batch, seq_len, dim))
 
 

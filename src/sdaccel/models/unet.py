@@ -37,7 +37,7 @@ import numpy as np
 from flax import nnx
 
 from sdaccel.checkpoint import abstract_model, load_weights, open_weights, read_config
-from sdaccel.models.attention import attention
+from sdaccel.models.attention import XLA, attention
 
 # ----------------------------------------------------------------------------------------------
 # Configuration
@@ -335,13 +335,15 @@ class Attention(nnx.Module):
         self.to_v = nnx.Linear(context_dim, inner, use_bias=False, rngs=rngs)
         self.to_out = nnx.List([nnx.Linear(inner, dim, rngs=rngs)])
         self.heads, self.head_dim, self.upcast = heads, head_dim, upcast
+        self.attention_impl = XLA  # static; sdaccel.models.attention.use changes it
 
     def __call__(self, x, context):
         def split_heads(t):  # (B, N, heads * head_dim) -> (B, N, heads, head_dim)
             return t.reshape(*t.shape[:-1], self.heads, self.head_dim)
 
         q, k, v = split_heads(self.to_q(x)), split_heads(self.to_k(context)), split_heads(self.to_v(context))
-        out = attention(q, k, v, upcast=self.upcast)  # softmax(q k^T / sqrt(head_dim)) v
+        # softmax(q k^T / sqrt(head_dim)) v
+        out = attention(q, k, v, impl=self.attention_impl, upcast=self.upcast)
         return self.to_out[0](out.reshape(*x.shape[:-1], self.heads * self.head_dim))
 
 

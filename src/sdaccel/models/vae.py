@@ -45,7 +45,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from sdaccel.checkpoint import abstract_model, load_weights, open_weights, read_config
-from sdaccel.models.attention import attention
+from sdaccel.models.attention import XLA, attention
 
 #: diffusers' ``get_activation`` names -> JAX functions (used inside the resnets).
 ACTIVATIONS = {
@@ -152,11 +152,12 @@ class Attention(nnx.Module):
         self.to_k = nnx.Linear(channels, channels, rngs=rngs)
         self.to_v = nnx.Linear(channels, channels, rngs=rngs)
         self.to_out = nnx.List([nnx.Linear(channels, channels, rngs=rngs)])
+        self.attention_impl = XLA  # static; sdaccel.models.attention.use changes it
 
     def __call__(self, x):
         batch, height, width, channels = x.shape
         h = self.group_norm(x).reshape(batch, height * width, 1, channels)  # (batch, tokens, heads=1, dim)
-        out = attention(self.to_q(h), self.to_k(h), self.to_v(h))
+        out = attention(self.to_q(h), self.to_k(h), self.to_v(h), impl=self.attention_impl)
         return x + self.to_out[0](out.reshape(batch, height, width, channels))
 
 
@@ -301,6 +302,9 @@ class AutoencoderKL(nnx.Module):
 
     def __init__(self, config: VAEConfig, *, rngs: nnx.Rngs):
         self.config = config
+        #: Static: how many images :meth:`decode` decodes at a time when its call does not say
+        #: (None: the whole batch). Part of the graph definition, so it keys compiled programs.
+        self.decode_images_per_step: int | None = None
         moments = 2 * config.latent_channels
         self.encoder = Encoder(config, rngs=rngs)
         self.decoder = Decoder(config, rngs=rngs)
@@ -329,8 +333,31 @@ class AutoencoderKL(nnx.Module):
         mean, logvar = jnp.split(moments, 2, axis=-1)
         return mean, jnp.clip(logvar, -30.0, 20.0)
 
-    def decode(self, latents):
-        """(B, h, w, latent_channels) unscaled latents -> (B, h*f, w*f, out_channels) images, about [-1, 1]."""
+    def decode(self, latents, images_per_step: int | None = None):
+        """(B, h, w, latent_channels) unscaled latents -> (B, h*f, w*f, out_channels) images, about [-1, 1].
+
+        ``images_per_step``: decode that many images at a time, in a loop (``jax.lax.map``), so that
+        the temporaries are those of ``images_per_step`` images instead of the whole batch's (at
+        1024x1024 in float32 each image's full-resolution activations take 0.5 GB apiece). Pass
+        the size of the mesh's ``"data"`` axis (1 on one chip): image ``i`` of every step then lies
+        on its own chip, so the loop moves no data between chips. ``None``: the module's
+        ``decode_images_per_step`` (None: the whole batch at once).
+        """
+        if images_per_step is None:
+            images_per_step = self.decode_images_per_step
+        if images_per_step is not None and images_per_step != latents.shape[0]:
+            batch = latents.shape[0]
+            if images_per_step < 1 or batch % images_per_step:
+                raise ValueError(
+                    f"images_per_step={images_per_step} must divide the batch of {batch} "
+                    "(use the data axis size, or None for the whole batch at once)."
+                )
+            # rows d * (B / n) + l -> [l, d]: step l decodes row l of each of the n blocks (chips)
+            steps = latents.reshape(images_per_step, batch // images_per_step, *latents.shape[1:]).swapaxes(
+                0, 1
+            )
+            images = jax.lax.map(lambda z: self.decode(z, images_per_step=z.shape[0]), steps)
+            return images.swapaxes(0, 1).reshape(batch, *images.shape[2:])
         with jax.named_scope("vae_decoder"):
             z = latents.astype(self.dtype)
             if self.post_quant_conv is not None:

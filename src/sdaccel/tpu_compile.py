@@ -1,0 +1,135 @@
+"""Compiling for Cloud TPU on a machine without one: compile-only TPU devices and what a compiled
+program says about itself.
+
+``pip install libtpu`` (or ``jax[tpu]``) beside the CPU jaxlib gives JAX the TPU compiler. With
+``JAX_PLATFORMS=cpu`` the default backend stays the CPU, and
+``jax.experimental.topologies.get_topology_desc`` still describes a TPU slice whose devices can
+be put in a mesh and compiled for (not run on). ``TPU_SKIP_MDS_QUERY=1`` stops libtpu from asking
+the cloud metadata server, which is not there.
+
+From the compiled program:
+
+* ``memory_analysis()``: per-chip bytes of arguments, outputs, temporaries and generated code;
+* ``cost_analysis()["flops"]``: XLA's FLOP count, per chip, a loop body counted once
+  (``Lowered.cost_analysis()`` is ``None`` on TPU: always ask the compiled program);
+* ``as_text()``: the optimised HLO, where collectives and Pallas (Mosaic) kernels can be counted.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import os
+import re
+
+GiB = 2**30
+
+#: The HLO opcodes of cross-chip communication (their asynchronous ``-start`` forms count as one).
+COLLECTIVES = ("all-gather", "all-reduce", "reduce-scatter", "collective-permute", "all-to-all")
+_COLLECTIVE = re.compile(r"\s(" + "|".join(COLLECTIVES) + r")(?:-start)?\(")
+
+#: The custom-call target of a Pallas kernel compiled by Mosaic for TPU.
+PALLAS_TARGET = "tpu_custom_call"
+
+
+@dataclasses.dataclass(frozen=True)
+class Topology:
+    """A Cloud TPU slice: its name in ``get_topology_desc``, its chips per host, and one chip's
+    HBM and peak bf16 FLOP/s (datasheet figures)."""
+
+    name: str
+    topology_name: str
+    chips_per_host_bounds: tuple[int, int, int]
+    hbm_bytes: int
+    peak_flops: float
+
+    @property
+    def chips(self) -> int:
+        x, y, z = self.chips_per_host_bounds
+        return x * y * z
+
+
+TOPOLOGIES: dict[str, Topology] = {
+    t.name: t
+    for t in (
+        Topology("v5e-1", "v5e:1x1", (1, 1, 1), 16 * GiB, 197e12),
+        Topology("v5e-4", "v5e:2x2", (2, 2, 1), 16 * GiB, 197e12),
+        Topology("v5e-8", "v5e:2x4", (2, 4, 1), 16 * GiB, 197e12),
+        Topology("v6e-1", "v6e:1x1", (1, 1, 1), 32 * GiB, 918e12),
+        Topology("v6e-4", "v6e:2x2", (2, 2, 1), 32 * GiB, 918e12),
+    )
+}
+
+
+def topology(name: str) -> Topology:
+    if name not in TOPOLOGIES:
+        raise ValueError(f"Unknown TPU topology {name!r}: choose one of {sorted(TOPOLOGIES)}.")
+    return TOPOLOGIES[name]
+
+
+@functools.cache
+def tpu_devices(name: str) -> list:
+    """Compile-only devices of the TPU slice ``name`` (``"v5e-4"``...). Needs libtpu installed.
+    Sets, when unset, ``TPU_SKIP_MDS_QUERY=1`` (there is no metadata server off Cloud) and
+    ``ALLOW_MULTIPLE_LIBTPU_LOAD=1``."""
+    topo = topology(name)
+    os.environ.setdefault("TPU_SKIP_MDS_QUERY", "1")
+    # libtpu keeps other processes out with /tmp/libtpu_lockfile (a killed process leaves it
+    # behind); compiling touches no chip, so several compiling processes may share it.
+    os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
+    try:
+        import libtpu  # noqa: F401
+    except ImportError:
+        raise RuntimeError(
+            "Compiling for TPU needs libtpu: pip install -r requirements-cpu.txt (it pins libtpu), "
+            "or pip install 'jax[tpu]==0.10.2'."
+        ) from None
+    from jax.experimental import topologies
+
+    desc = topologies.get_topology_desc(
+        platform="tpu",
+        topology_name=topo.topology_name,
+        chip_config_name="default",
+        chips_per_host_bounds=topo.chips_per_host_bounds,
+        num_slices=1,
+        wrap=(False, False, False),
+    )
+    return list(desc.devices)
+
+
+def memory(compiled) -> dict[str, int]:
+    """Per-chip bytes: arguments, outputs, aliased (donated) bytes, temporaries, generated code,
+    and ``peak = arguments + outputs - aliased + temp + code`` (everything live at once)."""
+    stats = compiled.memory_analysis()
+    out = {
+        "argument": int(stats.argument_size_in_bytes),
+        "output": int(stats.output_size_in_bytes),
+        "alias": int(stats.alias_size_in_bytes),
+        "temp": int(stats.temp_size_in_bytes),
+        "code": int(stats.generated_code_size_in_bytes),
+    }
+    out["peak"] = out["argument"] + out["output"] - out["alias"] + out["temp"] + out["code"]
+    return out
+
+
+def flops(compiled) -> float | None:
+    """XLA's FLOPs of one call of a compiled program, per chip, loop bodies once (``None`` when
+    the backend has no cost model)."""
+    analysis = compiled.cost_analysis()
+    if isinstance(analysis, list | tuple):
+        analysis = analysis[0] if analysis else None
+    value = (analysis or {}).get("flops")
+    return float(value) if value is not None and value >= 0 else None
+
+
+def collectives(hlo_text: str) -> dict[str, int]:
+    """``{opcode: count}`` of the cross-chip collectives in optimised HLO text (zero counts omitted)."""
+    counts: dict[str, int] = {}
+    for match in _COLLECTIVE.finditer(hlo_text):
+        counts[match.group(1)] = counts.get(match.group(1), 0) + 1
+    return counts
+
+
+def pallas_calls(hlo_text: str) -> int:
+    """How many Pallas (Mosaic) kernel calls the optimised HLO holds."""
+    return hlo_text.count(f'custom_call_target="{PALLAS_TARGET}"')

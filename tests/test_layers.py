@@ -1,0 +1,146 @@
+"""The package's layers: the import-linter contracts of pyproject.toml hold, they fail when broken,
+the import graph has no cycle, and the JAX track runs without PyTorch, diffusers or OpenVINO."""
+
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import grimp
+
+REPO = Path(__file__).resolve().parents[1]
+LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")
+
+
+def lint_imports(cwd: Path, pythonpath: str | None = None) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": pythonpath} if pythonpath else None
+    return subprocess.run(
+        [str(LINT_IMPORTS), "--no-cache", "--no-logo"],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def import_cycles(graph: grimp.ImportGraph, package: str) -> list[list[str]]:
+    """Every import cycle among ``package``'s modules (strongly connected components of more than
+    one module, or a module importing itself), each as a sorted list. Imports inside functions
+    count as much as those at the top of a file."""
+    modules = sorted(m for m in graph.modules if m == package or m.startswith(package + "."))
+    edges = {
+        m: sorted(d for d in graph.find_modules_directly_imported_by(m) if d in modules) for m in modules
+    }
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    cycles: list[list[str]] = []
+
+    def visit(node: str) -> None:  # Tarjan's algorithm; the package is small enough to recurse
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for nxt in edges[node]:
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in on_stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                top = stack.pop()
+                on_stack.discard(top)
+                component.append(top)
+                if top == node:
+                    break
+            if len(component) > 1 or node in edges[node]:
+                cycles.append(sorted(component))
+
+    for module in modules:
+        if module not in index:
+            visit(module)
+    return sorted(cycles)
+
+
+def test_contracts_hold():
+    proc = lint_imports(REPO)
+    assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-2000:]
+    assert "0 broken" in proc.stdout and " kept" in proc.stdout, proc.stdout[-2000:]
+
+
+def test_the_package_has_no_import_cycle():
+    graph = grimp.build_graph("sdaccel", cache_dir=None)
+    assert len(graph.modules) > 20, "the graph is nearly empty: grimp did not find the package"
+    assert import_cycles(graph, "sdaccel") == []
+
+
+def test_the_cycle_walk_finds_cycles():
+    graph = grimp.ImportGraph()
+    for importer, imported in [
+        ("pkg.a", "pkg.b"),
+        ("pkg.b", "pkg.c"),
+        ("pkg.c", "pkg.a"),  # a -> b -> c -> a
+        ("pkg.d", "pkg.a"),
+        ("pkg.e", "pkg.e"),  # a module importing itself
+        ("pkg.d", "numpy"),
+    ]:
+        graph.add_import(importer=importer, imported=imported)
+    assert import_cycles(graph, "pkg") == [["pkg.a", "pkg.b", "pkg.c"], ["pkg.e"]]
+    graph.remove_import(importer="pkg.c", imported="pkg.a")
+    assert import_cycles(graph, "pkg") == [["pkg.e"]]
+
+
+def test_the_contracts_fail_on_a_shortcut(tmp_path):
+    """A copy of the package with two shortcuts: the bottom importing a script (upward, and a cycle
+    through it), and the JAX pipeline importing PyTorch inside a function."""
+    shutil.copy(REPO / "pyproject.toml", tmp_path / "pyproject.toml")
+    package = tmp_path / "src" / "sdaccel"
+    shutil.copytree(REPO / "src" / "sdaccel", package, ignore=shutil.ignore_patterns("__pycache__"))
+    with open(package / "checkpoint.py", "a") as f:
+        f.write("\n\ndef _shortcut():\n    from sdaccel import generate\n\n    return generate\n")
+    with open(package / "pipeline.py", "a") as f:
+        f.write("\n\ndef _reference():\n    import torch\n\n    return torch\n")
+    proc = lint_imports(tmp_path, pythonpath=str(tmp_path / "src"))
+    out = proc.stdout
+    assert proc.returncode == 1, out[-4000:] + proc.stderr[-2000:]
+    assert "Layers: each module imports only from the layers below it BROKEN" in out, out[-4000:]
+    assert "sdaccel.checkpoint -> sdaccel.generate" in out, out[-4000:]
+    assert "sdaccel.pipeline -> torch" in out, out[-4000:]
+    assert "Move the shared code into a lower module" in out, "the broken contract names the fix"
+    assert "No import cycle between the modules of any package BROKEN" in out, out[-4000:]
+
+
+SCRIPT = """
+import sys
+import sdaccel.generate, sdaccel.pipeline, sdaccel.sharded, sdaccel.tpu_plan, sdaccel.tuning
+from sdaccel import text
+
+tokenizer = text.load_tokenizer(sys.argv[1], "tokenizer")
+assert text.tokenize(tokenizer, ["a red circle"]).shape == (1, 77)
+heavy = sorted(m for m in sys.modules if m.split(".")[0] in {"torch", "diffusers", "openvino", "nncf"})
+modeling = sorted(m for m in sys.modules if m.startswith("transformers.") and "modeling" in m)
+print(heavy, modeling)
+"""
+
+
+def test_the_jax_track_runs_without_torch():
+    """What the import graph cannot see: a library we call that pulls PyTorch in by itself (the CLIP
+    tokenizer comes from transformers, whose models are PyTorch)."""
+    proc = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(SCRIPT), str(REPO / "checkpoints" / "tiny-shapes-sdxl")],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert proc.stdout.strip().splitlines()[-1] == "[] []", proc.stdout[-2000:]
+
+
+def test_make_lint_runs_the_contracts():
+    recipe = (REPO / "Makefile").read_text().split("\nlint:", 1)[1].split("\n\n", 1)[0]
+    assert "lint-imports" in recipe, "make lint must check the contracts"

@@ -1,0 +1,212 @@
+"""What a reader sees: the checks of executed copies (figures inline, no noise, no development
+notes), the notebooks' text, the repository address and the Colab requirements, and one notebook
+run the way a plain Jupyter kernel runs it (not through the runner)."""
+
+import json
+import re
+import shutil
+import tomllib
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from sdaccel import profiles
+from sdaccel.notebook import REPOSITORY_URL, SETUP_CELL
+from sdaccel.run_notebooks import (
+    BANNED_PHRASES,
+    banned_phrases,
+    cells_without_figures,
+    discover,
+    noisy_outputs,
+)
+
+REPO = Path(__file__).resolve().parents[1]
+NOTEBOOKS = discover()
+IDS = [nb.stem for nb in NOTEBOOKS]
+PIN = re.compile(r"^([A-Za-z0-9_.\-]+)(?:\[[^\]]*\])?==([^\s#;]+)")
+
+
+def pins(path: Path) -> dict[str, str]:
+    found = {}
+    for line in path.read_text().splitlines():
+        match = PIN.match(line.strip())
+        if match:
+            found[re.sub(r"[-_.]+", "-", match.group(1)).lower()] = match.group(2)
+    return found
+
+
+def notebook(*cells) -> dict:
+    nb = nbformat.v4.new_notebook()
+    nb.cells = list(cells)
+    return json.loads(nbformat.writes(nb))
+
+
+def code(source, *outputs):
+    cell = nbformat.v4.new_code_cell(source)
+    cell.outputs = [nbformat.from_dict(o) for o in outputs]
+    return cell
+
+
+def stream(name, text):
+    return {"output_type": "stream", "name": name, "text": text}
+
+
+def png():
+    return {
+        "output_type": "display_data",
+        "data": {"image/png": "iVBORw0KGgo=", "text/plain": "<Figure>"},
+        "metadata": {},
+    }
+
+
+# ----------------------------------------------------------------------------------------------
+# The checkers, on made-up executed notebooks
+# ----------------------------------------------------------------------------------------------
+
+
+def test_noise_is_found_and_named_by_cell():
+    nb = notebook(
+        code("print(1)", stream("stdout", "1\n")),
+        code("load()", stream("stderr", "\rtext_encoder:   0%|          | 0/52")),
+        code("quantize()", stream("stdout", "\x1b[?25lApplying Weight Compression \x1b[90m━━━\x1b[0m")),
+        code("x", stream("stdout", "/site-packages/x.py:3: FutureWarning: `y` is deprecated\n")),
+        code("import tqdm", stream("stderr", "   \n")),  # blank stderr: nothing to read
+    )
+    problems = noisy_outputs(nb)
+    assert [p.split(":")[0] for p in problems] == ["cell 1", "cell 2", "cell 3"]
+    assert "stderr" in problems[0] and "control codes" in problems[1] and "warning" in problems[2]
+    colours = "\x1b[38;2;255;255;255;48;2;57;59;121m CPU 0 \x1b[0m\n"  # visualize_array_sharding
+    assert noisy_outputs(notebook(code("show()", stream("stdout", colours)))) == []
+    assert (
+        noisy_outputs(notebook(code("print('FutureWarnings are explained below')", stream("stdout", "ok\n"))))
+        == []
+    )
+
+
+def test_a_plot_without_an_inline_figure_is_found():
+    nb = notebook(
+        code("plt.plot([1])\nplt.show()"),  # agg backend: nothing came back
+        code("plt.plot([1])\nplt.show()", png()),
+        code("if False:\n    plt.show()"),  # not at the top level: not required
+    )
+    assert cells_without_figures(nb) == [0]
+
+
+def test_development_notes_are_found_in_sources_and_outputs():
+    nb = notebook(
+        code("print(met)", stream("stdout", "target (>= 6x PyTorch fp32) met: {'wall': True}\n")),
+        nbformat.v4.new_markdown_cell("Measured at a Load Average of 3."),
+        nbformat.v4.new_markdown_cell("the target size of SDXL's crop"),
+    )
+    assert banned_phrases(nb) == ["cell 0: 'target ('", "cell 1: 'load average'"]
+    assert all(p == p.lower() for p in BANNED_PHRASES)
+
+
+# ----------------------------------------------------------------------------------------------
+# The notebooks as committed
+# ----------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("nb", NOTEBOOKS, ids=IDS)
+def test_no_development_notes_in_the_notebooks(nb):
+    assert banned_phrases(json.loads(nb.read_text())) == []
+
+
+@pytest.mark.parametrize("nb", NOTEBOOKS, ids=IDS)
+def test_no_cell_ends_in_a_value_it_does_not_mean_to_show(nb):
+    """``gc.collect()`` as a cell's last line prints a count of objects (``31``); assign it to ``_``."""
+    for i, cell in enumerate(json.loads(nb.read_text())["cells"]):
+        lines = [line for line in "".join(cell["source"]).splitlines() if line.strip()]
+        if cell["cell_type"] == "code" and lines:
+            assert not re.match(r"(gc\.collect|os\.kill|shutil\.rmtree)\(", lines[-1]), f"{nb.name} cell {i}"
+
+
+@pytest.mark.parametrize("nb", NOTEBOOKS, ids=IDS)
+def test_the_profile_cell_follows_the_parameters_cell(nb):
+    cells = [c for c in json.loads(nb.read_text())["cells"] if c["cell_type"] == "code"]
+    assert "parameters" in cells[1]["metadata"].get("tags", [])
+    profile_cell = "".join(cells[2]["source"])
+    assert f'start("{nb.stem}", globals())' in profile_cell, (
+        f"{nb.name}: the cell after the parameters cell must apply the profile (sdaccel.profiles.start)"
+    )
+
+
+@pytest.mark.parametrize("nb", NOTEBOOKS, ids=IDS)
+def test_smoke_settings_override_existing_parameters(nb):
+    cells = [c for c in json.loads(nb.read_text())["cells"] if c["cell_type"] == "code"]
+    params = "".join(cells[1]["source"])
+    for key in profiles.SMOKE[nb.stem]:
+        assert re.search(rf"^{key} =", params, re.M), (
+            f"smoke sets {key}, which the parameters cell does not define"
+        )
+
+
+# ----------------------------------------------------------------------------------------------
+# Platforms: one repository address, lean Colab requirements
+# ----------------------------------------------------------------------------------------------
+
+
+def test_the_repository_address_is_the_same_everywhere():
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    assert project["urls"]["Repository"] == REPOSITORY_URL
+    assert f'REPOSITORY = "{REPOSITORY_URL}"' in SETUP_CELL
+    readme = (REPO / "README.md").read_text()
+    path = REPOSITORY_URL.removeprefix("https://github.com/")
+    for nb in NOTEBOOKS:
+        badge = f"https://colab.research.google.com/github/{path}/blob/main/notebooks/{nb.name}"
+        assert badge in readme, f"the README has no Open in Colab badge for {nb.name}"
+    assert "placeholder" not in SETUP_CELL and "<this repo>" not in readme
+
+
+def test_colab_requirements_are_lean_and_agree_with_the_cpu_pins():
+    colab, cpu = pins(REPO / "requirements-colab.txt"), pins(REPO / "requirements-cpu.txt")
+    assert colab, "the parser found no pins"
+    assert {n: (v, cpu.get(n)) for n, v in colab.items() if cpu.get(n) != v} == {}
+    # Colab's own packages stay: another torch would be a multi-GB download and break its CUDA
+    for kept in ("torch", "torchvision", "numpy", "matplotlib", "pillow", "ipykernel", "jupyterlab"):
+        assert kept not in colab, f"requirements-colab.txt must not pin {kept}"
+    for tool in ("pytest", "ruff", "nbval", "papermill", "sphinx"):
+        assert tool not in colab, f"{tool} is a development tool, not needed on Colab"
+    for needed in ("jax", "flax", "diffusers", "openvino", "nncf"):
+        assert needed in colab
+    assert f'"jax[tpu]=={colab["jax"]}"' in SETUP_CELL, "the TPU extra must be the pinned JAX"
+
+
+def test_the_setup_cell_restarts_colab_itself_and_names_the_fix_elsewhere():
+    compile(SETUP_CELL, "setup", "exec")
+    assert "requirements-colab.txt" in SETUP_CELL and "os.kill(os.getpid(), 9)" in SETUP_CELL
+    namespace = {}
+    exec(SETUP_CELL, namespace)  # here sdaccel is installed: the cell does nothing
+    assert "replaced" not in namespace
+
+
+# ----------------------------------------------------------------------------------------------
+# A plain Jupyter kernel with SDACCEL_PROFILE=smoke, as `make lab` starts it
+# ----------------------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_a_plain_kernel_picks_up_the_smoke_profile(tmp_path, monkeypatch):
+    """Notebook 00 executed by nbclient (what Jupyter's "Run All" does), not by the runner: no
+    papermill parameters, only the kernel environment of `make lab`."""
+    from nbclient import NotebookClient
+
+    source = REPO / "notebooks" / "00_environment_and_devices.ipynb"
+    shutil.copy(source, tmp_path / source.name)
+    for key, value in profiles.KERNEL_ENV["smoke"].items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setenv(profiles.CHECKPOINTS_VAR, str(REPO / "build" / "checkpoints"))
+    nb = nbformat.read(tmp_path / source.name, as_version=4)
+    NotebookClient(
+        nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}
+    ).execute()
+
+    first = next(o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []))
+    assert first["output_type"] == "stream" and first["text"].startswith("Profile smoke: ")
+    assert "Devices: JAX on the CPU with 8 simulated device(s)" in first["text"]
+    results = json.loads((tmp_path / "outputs" / "00_environment" / "results.json").read_text())
+    # the tiny-shapes SDXL text encoders have width 32; the real SDXL's concatenated width is 2048
+    assert results["text_embedding_shape"] == [1, 77, 32]
+    assert results["device_count"] == 8 and results["backend"] == "cpu"
+    assert noisy_outputs(json.loads(nbformat.writes(nb))) == []
