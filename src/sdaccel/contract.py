@@ -262,8 +262,18 @@ def check_inputs(
     )
 
 
-def make_timings(*, compile_s: float, run_s: float, encode_s: float, denoise_decode_s: float,
-                 images: int, steps: int, height: int, width: int, **extra) -> dict:
+def make_timings(
+    *,
+    compile_s: float,
+    run_s: float,
+    encode_s: float,
+    denoise_decode_s: float,
+    images: int,
+    steps: int,
+    height: int,
+    width: int,
+    **extra,
+) -> dict:
     """The timings dict of :data:`TIMING_KEYS` (plus a front-end's ``extra`` keys); throughput
     counts the ``images`` returned, never padding."""
     return {

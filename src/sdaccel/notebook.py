@@ -70,13 +70,6 @@ KNOWN_NOISE = (
     # and torchvision is left out on purpose (PyPI's build fails beside the CPU torch 2.13.0)
     ("transformers.utils.import_utils", "`CLIPImageProcessor` requires torchvision (not installed)"),
     ("transformers.utils.import_utils", "`SiglipImageProcessor` requires torchvision (not installed)"),
-    # diffusers' reference pipeline in notebook 04 is loaded without SD 1.5's safety checker (it is
-    # never downloaded); passing requires_safety_checker=False in sdaccel.cpu.pipeline.run_diffusers
-    # would say so to diffusers, and make this entry unnecessary
-    (
-        "diffusers.pipelines.stable_diffusion.pipeline_stable_diffusion",
-        "You have disabled the safety checker for",
-    ),
 )
 
 

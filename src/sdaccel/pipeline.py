@@ -154,6 +154,13 @@ class Pipeline:
         self._vae_graphdef, vae_params = nnx.split(vae)
         self.params = {"unet": unet_params, "vae": vae_params}
         self.set_jit_options()
+        # Programs are compiled for the platform they run on: splash attention on a TPU, XLA's on a
+        # CPU. One image at a time through the VAE, so that a batch's full-resolution activations
+        # (0.5 GB per image at 1024x1024 in float32) never sit in memory together: without it
+        # 4 SDXL images need 19.4 GiB of temporaries, more than a v5e chip's 16 GB
+        # (benchmarks/results/tpu_plan_notes.md).
+        self.use_attention(attention.default_for(jax.default_backend()))
+        self.set_vae_images_per_step(1)
 
     @property
     def unet(self):
@@ -257,6 +264,17 @@ class Pipeline:
             model = attention.use(nnx.merge(graphdef, self.params[key]), name, mesh=mesh, interpret=interpret)
             graphdef, self.params[key] = nnx.split(model)
             setattr(self, f"_{key}_graphdef", graphdef)
+        self._denoise.clear()
+
+    def set_vae_images_per_step(self, n: int | None) -> None:
+        """Decode ``n`` images at a time through the VAE (``None``: the whole batch at once) from
+        the next call on, and drop the compiled programs (the choice is part of the VAE's structure).
+        The images are the same; only the peak memory and the schedule change."""
+        if n is not None and (not isinstance(n, int) or n < 1):
+            raise ValueError(f"images per VAE step must be a positive integer or None, got {n!r}.")
+        vae = nnx.merge(self._vae_graphdef, self.params["vae"])
+        vae.decode_images_per_step = n
+        self._vae_graphdef, self.params["vae"] = nnx.split(vae)
         self._denoise.clear()
 
     def attention_implementations(self) -> set[str]:

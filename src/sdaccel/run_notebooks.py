@@ -43,11 +43,6 @@ PROFILES = profiles.PROFILES
 PROFILE_ENV = profiles.KERNEL_ENV
 
 
-#: Added to the kernel's environment when this runner executes a notebook: an executed copy is a
-#: static document, where a progress bar (a widget in Jupyter) would only show its first state.
-#: In Jupyter (``make lab``) the bars stay.
-BATCH_ENV = {"TQDM_DISABLE": "1"}
-
 #: Subfolders of a notebook's output folder that a re-run reuses: the OpenVINO exports of
 #: notebooks 04 and 05, which ``export_pipeline`` reuses only when complete and exported from the
 #: same source (and re-exports otherwise). Everything else starts empty on every run.
@@ -230,7 +225,7 @@ def execute(
         print(f"  (moved the earlier outputs to {previous_outputs.relative_to(build_dir.parent)})")
     env_backup = dict(os.environ)
     # the kernel's profile cell (sdaccel.profiles.start) reads the same profile and checkpoints
-    os.environ.update({**PROFILE_ENV[profile], profiles.CHECKPOINTS_VAR: str(checkpoints), **BATCH_ENV})
+    os.environ.update({**PROFILE_ENV[profile], profiles.CHECKPOINTS_VAR: str(checkpoints)})
     started, start = time.time(), time.perf_counter()
     try:
         papermill.execute_notebook(

@@ -42,6 +42,7 @@ from sdaccel.contract import GenerationResult, Request, make_timings, to_pil
 from sdaccel.models import attention
 from sdaccel.pipeline import Pipeline, initial_noise
 from sdaccel.sharding import (
+    DATA,
     LARGEST,
     MIN_SHARD_SIZE,
     MODEL,
@@ -133,6 +134,10 @@ class ShardedPipeline:
         self.pipeline = pipeline
         self.mesh = mesh
         self.rules, self.min_shard_size = tuple(rules), min_shard_size
+        # compiled for the mesh's platform (splash under shard_map on TPU), and one image per chip
+        # at a time through the VAE: each step of the decode loop takes one row per device
+        pipeline.use_attention(attention.default_for(attention.mesh_platform(mesh)), mesh=mesh)
+        pipeline.set_vae_images_per_step(axis_size(mesh, DATA))
         if not _on_mesh(pipeline.params, mesh):  # loaded without shardings: place the weights now
             pipeline.params = {
                 name: jax.device_put(state, tree_shardings(state, mesh, name, rules, min_shard_size))
@@ -345,7 +350,7 @@ class ShardedPipeline:
             raise ValueError(
                 f"Got {indices.shape[0] if indices.ndim else 0} noise indices for {batch} prompts."
             )
-        extra = max((pad_to or batch) - batch, (-batch) % axis_size(self.mesh, "data"))
+        extra = max((pad_to or batch) - batch, (-batch) % axis_size(self.mesh, DATA))
         if extra:
             negatives = request.negative_prompts
             request = Request(

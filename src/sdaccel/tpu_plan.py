@@ -475,7 +475,8 @@ def table_row(row: dict) -> list[str]:
     def pct(x):
         return "-" if x is None else f"{100 * x:.0f}%"
 
-    coll = ", ".join(f"{k} {v}" for k, v in sorted(row["collectives"].items())) or "none"
+    refused = bool(row["compile_error"])  # no compiled program: nothing to count in it
+    coll = "-" if refused else ", ".join(f"{k} {v}" for k, v in sorted(row["collectives"].items())) or "none"
     mesh = "x".join(str(v) for v in row["mesh_shape"].values())
     return [
         row["topology"],
@@ -489,7 +490,7 @@ def table_row(row: dict) -> list[str]:
         f"{mem['peak'] / GiB:.2f}",
         f"{row['resident_peak_bytes'] / GiB:.2f}",
         f"{row['hbm_capacity_bytes'] / GiB:.0f}",
-        "yes" if row["fits"] else ("NO (refused)" if row["compile_error"] else "NO"),
+        "yes" if row["fits"] else ("NO (refused)" if refused else "NO"),
         f"{row['spare_bytes'] / GiB:.2f}",
         str(row["batch_estimate"]),
         "-" if per_image is None else f"{per_image / 1e12:.1f}",
@@ -497,7 +498,7 @@ def table_row(row: dict) -> list[str]:
         pct(need["goal"]),
         pct(need["mlperf_v41_v5e4"]),
         coll,
-        str(row["pallas_calls"]),
+        "-" if refused else str(row["pallas_calls"]),
         f"{row['compile_s']:.0f}",
     ]
 

@@ -448,6 +448,8 @@ def run_diffusers(
     skipped = {
         name: None for name in ("safety_checker", "feature_extractor", "image_encoder") if name in index
     }
+    if index.get("_class_name") == "StableDiffusionPipeline":  # its safety checker is never downloaded
+        skipped["requires_safety_checker"] = False
     reference = DiffusionPipeline.from_pretrained(folder, dtype=torch.float32, **skipped)
     reference.set_progress_bar_config(disable=True)
     with torch.no_grad():
