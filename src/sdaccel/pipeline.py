@@ -154,13 +154,6 @@ class Pipeline:
         self._vae_graphdef, vae_params = nnx.split(vae)
         self.params = {"unet": unet_params, "vae": vae_params}
         self.set_jit_options()
-        # Programs are compiled for the platform they run on: splash attention on a TPU, XLA's on a
-        # CPU. One image at a time through the VAE, so that a batch's full-resolution activations
-        # (0.5 GB per image at 1024x1024 in float32) never sit in memory together: without it
-        # 4 SDXL images need 19.4 GiB of temporaries, more than a v5e chip's 16 GB
-        # (benchmarks/results/tpu_plan_notes.md).
-        self.use_attention(attention.default_for(jax.default_backend()))
-        self.set_vae_images_per_step(1)
 
     @property
     def unet(self):
@@ -246,7 +239,15 @@ class Pipeline:
             variant=variant,
         )
         sched = schedulers.from_config(read_config(folder, "scheduler"), kind=scheduler)
-        return cls(prompt_encoder, unet, vae, sched, folder=folder, model_index=index)
+        pipe = cls(prompt_encoder, unet, vae, sched, folder=folder, model_index=index)
+        # Programs are compiled for the platform they run on: splash attention on a TPU, XLA's on a
+        # CPU. One image at a time through the VAE, so that a batch's full-resolution activations
+        # (0.5 GB per image at 1024x1024 in float32) never sit in memory together: without it
+        # 4 SDXL images need 19.4 GiB of temporaries, more than a v5e chip's 16 GB
+        # (benchmarks/results/tpu_plan_notes.md). ShardedPipeline sets both again for its mesh.
+        pipe.use_attention(attention.default_for(jax.default_backend()))
+        pipe.set_vae_images_per_step(1)
+        return pipe
 
     def set_jit_options(self, *, denoise: dict | None = None, encode: dict | None = None) -> None:
         """(Re)build the two compiled functions with these ``jax.jit`` keyword arguments
