@@ -37,7 +37,7 @@ lab: setup
 	$(PY) -m sdaccel.profiles lab --profile $(LAB_PROFILE)
 
 test: setup
-	$(PY) -m pytest -n $(TEST_WORKERS)
+	$(PY) -m pytest -n $(TEST_WORKERS) --durations=25
 
 lint: setup
 	$(VENV)/bin/ruff check src tests benchmarks notebooks

@@ -55,6 +55,17 @@ CLIP score.
 Lever ``quant_memory``: peak memory of the quantization under the levers of
 :data:`MEMORY_STUDY` (SmoothQuant off, bias correction off, f32 vs fp16 source IR).
 
+Option ``--choose-precision``: the float precision of each component by measurement
+(``sdaccel.cpu.precision.choose_precision``). For a random-weight architecture the script exports
+a whole text-to-image pipeline folder (text encoder(s), UNet, VAE decoder; weights stored fp16) with
+the export's converters, then times every component in each of ``--precision-candidates`` at the
+export's default size (512x512 for SD 1.5: text encoder and UNet at batch 2, VAE decoder at batch
+1), records what the plugin reports it ran, and which precision is chosen and why. A checkpoint
+(``--models build/checkpoints/tiny-sd15``) is exported with ``export_pipeline``. Without
+``--variants`` only the choice is measured:
+
+    python benchmarks/bench_openvino.py --models sd15 --variants --choose-precision --iters 3
+
 Results: a table on stdout and JSON at ``--out`` (default ``build/bench/openvino.json``).
 """
 
@@ -74,7 +85,9 @@ from pathlib import Path
 import numpy as np
 
 from sdaccel.cpu.deepcache import cached_shape
+from sdaccel.cpu.precision import CANDIDATES
 from sdaccel.cpu.quantize import quantize_ir
+from sdaccel.env import cpu_features
 
 #: Real architectures with random weights (configs in ``sdaccel/reference_configs``). Any other
 #: ``--models`` entry is a checkpoint (a diffusers folder or hub id; ``tiny-sd15`` / ``tiny-sdxl``
@@ -271,6 +284,120 @@ def export_deepcache_shallow(model: str, xml: str, seed: int = 0) -> dict:
 
 
 # ----------------------------------------------------------------------------------------------
+# Precision by measurement: a whole pipeline folder
+# ----------------------------------------------------------------------------------------------
+
+#: The components of a text-to-image export, per reference architecture.
+PIPELINE_PARTS = {
+    "sd15": ("text_encoder", "unet", "vae_decoder"),
+    "sdxl": ("text_encoder", "text_encoder_2", "unet", "vae_decoder"),
+}
+
+
+def export_random_component(model: str, folder: str, component: str, seed: int = 0) -> dict:
+    """One component of the architecture ``model`` with random weights (seeded), converted with
+    the export's own converters into ``folder/component`` (``config.json`` and the IR, weights
+    stored fp16), as ``export_pipeline`` lays it out."""
+    import gc
+
+    import openvino as ov
+    import torch
+
+    from sdaccel.cpu.export import MODEL_XML, convert_text_encoder, convert_unet, convert_vae_decoder
+
+    start = time.perf_counter()
+    configs = resources.files("sdaccel").joinpath(f"reference_configs/{MODELS[model]}")
+    torch.manual_seed(seed)
+    if component == "unet":
+        module = build_torch_unet(model, seed)
+        config = unet_config(model)
+        ov_model = convert_unet(module)
+    elif component.startswith("text_encoder"):
+        import transformers
+
+        config = json.loads(configs.joinpath(f"{component}.json").read_text())
+        cls = getattr(transformers, config.get("architectures", ["CLIPTextModel"])[0])
+        module = cls(transformers.CLIPTextConfig(**config)).eval()
+        ov_model = convert_text_encoder(module, config.get("max_position_embeddings", 77))
+    else:
+        from diffusers import AutoencoderKL
+
+        config = json.loads(configs.joinpath("vae.json").read_text())
+        module = AutoencoderKL.from_config(config).eval()
+        ov_model = convert_vae_decoder(module)
+    params = sum(p.numel() for p in module.parameters())
+    del module
+    gc.collect()
+    out = Path(folder) / component
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "config.json").write_text(json.dumps(config, indent=2))
+    ov.save_model(ov_model, str(out / MODEL_XML), compress_to_fp16=True)
+    return {"seconds": time.perf_counter() - start, "params": params}
+
+
+def choose_precision_child(folder: str, candidates: list[str], iters: int, warmup: int) -> dict:
+    """``choose_precision`` on an export folder, measured afresh (the cache is not read)."""
+    from sdaccel.cpu.precision import choose_precision
+
+    choice = choose_precision(folder, candidates=candidates, iters=iters, warmup=warmup, cache=False)
+    return {"choice": choice.to_json(), "table": choice.table()}
+
+
+def bench_precision(model: str, args, work: Path) -> dict:
+    """Export a text-to-image pipeline folder (or reuse it with ``--reuse``) and choose the
+    precision of each component by measurement, in a child process."""
+    from sdaccel.cpu.export import MODEL_XML, export_pipeline, text_to_image_components
+
+    limit, free = args.memory_limit_gb, args.min_free_gb
+    folder = work / "pipeline"
+    out = {"folder": str(folder), "export": {}}
+    print(f"[{label(model)}] precision by measurement: {' vs '.join(args.precision_candidates)}", flush=True)
+    if model in MODELS:
+        folder.mkdir(parents=True, exist_ok=True)
+        configs = resources.files("sdaccel").joinpath(f"reference_configs/{MODELS[model]}")
+        kind = "StableDiffusionXLPipeline" if model == "sdxl" else "StableDiffusionPipeline"
+        index = {"_class_name": kind} | {c: ["sdaccel", "random"] for c in PIPELINE_PARTS[model]}
+        (folder / "model_index.json").write_text(json.dumps(index, indent=2))
+        (folder / "scheduler").mkdir(exist_ok=True)
+        (folder / "scheduler" / "scheduler_config.json").write_text(
+            configs.joinpath("scheduler.json").read_text()
+        )
+        for component in PIPELINE_PARTS[model]:
+            if args.reuse and (folder / component / MODEL_XML).is_file():
+                out["export"][component] = {"ok": True, "reused": True}
+                continue
+            run = _run(
+                f"export {component} (random weights)",
+                export_random_component,
+                model,
+                str(folder),
+                component,
+                limit_gb=limit,
+                min_free_gb=free,
+            )
+            out["export"][component] = _summary(run)
+            if not run.ok:
+                return out
+    else:
+        src = checkpoint_folder(model)
+        export_pipeline(src, folder, components=text_to_image_components(src), progress=False)
+    run = _run(
+        "choose the precision of each component",
+        choose_precision_child,
+        str(folder),
+        list(args.precision_candidates),
+        args.iters,
+        args.warmup,
+        limit_gb=limit,
+        min_free_gb=free,
+    )
+    out["choose"] = _summary(run)
+    if run.ok:
+        print(run.result["table"], flush=True)
+    return out
+
+
+# ----------------------------------------------------------------------------------------------
 # The driver (parent process)
 # ----------------------------------------------------------------------------------------------
 
@@ -296,6 +423,7 @@ def machine_info() -> dict:
         "avx512_vnni": "avx512_vnni" in flags,
         "avx512_bf16": "avx512_bf16" in flags,
         "amx": "amx_tile" in flags,
+        "cpu_flags": cpu_features(),
         "memory_gb": round(psutil.virtual_memory().total / 2**30, 1),
         "openvino": ov.get_version(),
         "nncf": nncf.__version__,
@@ -641,6 +769,12 @@ def print_table(results: dict) -> str:
         for name, quant in result["quantization"].items():
             if not quant.get("ok"):
                 lines.append(f"{model[:10]:10} {name:26} quantization failed: {quant.get('error', '')[:80]}")
+        choose = result.get("precision_choice", {}).get("choose", {})
+        if choose.get("ok"):
+            lines.append(f"{model[:10]:10} precision by measurement:")
+            lines.extend(f"{'':10} {line}" for line in choose["table"].splitlines())
+        elif choose:
+            lines.append(f"{model[:10]:10} precision by measurement failed: {choose.get('error', '')[:80]}")
         for name, run in result.get("memory_study", {}).items():
             status = "ok" if run.get("ok") else run.get("error", "")[:60]
             lines.append(
@@ -668,7 +802,13 @@ def parse_args(argv=None):
         help="sd15 / sdxl (real architecture, random weights), or checkpoints: a diffusers folder, "
         "a hub id, tiny-sd15 / tiny-sdxl",
     )
-    parser.add_argument("--variants", nargs="+", choices=VARIANTS, default=list(VARIANTS))
+    parser.add_argument(
+        "--variants",
+        nargs="*",
+        choices=VARIANTS,
+        default=list(VARIANTS),
+        help="UNet variants to time (none: only --choose-precision)",
+    )
     parser.add_argument("--levers", nargs="*", choices=LEVERS, default=[])
     parser.add_argument("--iters", type=int, default=3, help="timed UNet calls per variant (median reported)")
     parser.add_argument("--warmup", type=int, default=1, help="untimed calls first")
@@ -693,6 +833,18 @@ def parse_args(argv=None):
         "--no-bias-correction",
         action="store_true",
         help="full_int8 without fast bias correction (memory lever)",
+    )
+    parser.add_argument(
+        "--choose-precision",
+        action="store_true",
+        help="choose each component's float precision by measurement (a whole pipeline folder)",
+    )
+    parser.add_argument(
+        "--precision-candidates",
+        nargs="+",
+        choices=CANDIDATES,
+        default=["f32", "bf16"],
+        help="precisions timed by --choose-precision (each is timed, even one the CPU cannot run)",
     )
     parser.add_argument("--deepcache-intervals", nargs="+", type=int, default=[2, 3, 5])
     parser.add_argument(
@@ -721,7 +873,15 @@ def main(argv=None) -> dict:
     print(json.dumps(results["machine"]), flush=True)
     out.parent.mkdir(parents=True, exist_ok=True)
     for model in args.models:
-        results["models"][label(model)] = bench_model(model, args, results["models"].get(label(model)))
+        name = label(model)
+        entry = results["models"].get(name) or {"variants": {}, "quantization": {}, "export": {}}
+        if args.variants or args.levers:
+            entry = bench_model(model, args, entry)
+        if args.choose_precision:
+            work = Path(args.workdir) / name.replace("/", "--")
+            work.mkdir(parents=True, exist_ok=True)
+            entry["precision_choice"] = bench_precision(model, args, work)
+        results["models"][name] = entry
         out.write_text(json.dumps(results, indent=2, default=str))  # partial results survive a crash
     results["table"] = print_table(results)
     out.write_text(json.dumps(results, indent=2, default=str))

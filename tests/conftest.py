@@ -6,13 +6,17 @@ pyproject.toml). Each group of tests runs on one worker, in file order, so its m
 session-scoped fixtures (exported models, compiled pipelines, executed notebooks) are built once:
 
 - every test module is a group of its own;
-- modules that share state are one group, in :data:`GROUPS` (``"notebooks"``: the notebook
-  executions and every test that reads their executed copies in build/test).
+- modules that share state are one group, in :data:`GROUPS`;
+- the smoke notebooks are two groups, so that two workers execute them side by side
+  (:func:`group_of`): ``"notebooks-jax"`` (00-03) and ``"notebooks-cpu"`` (04-06, then the site,
+  which reads every executed copy). A notebook runs once per test run whichever worker asks
+  first (:func:`smoke_notebook`), and the other worker reads its result.
 
 The grouping is done here, by module, in our own scheduler (:func:`pytest_xdist_make_scheduler`):
 pytest-xdist 3.8 reads ``@pytest.mark.xdist_group`` by rewriting node ids, which pytest 9.2 no
 longer lets it do, so the mark alone silently groups nothing (pytest-dev/pytest-xdist#1386).
-Tests still carry the mark, and collection fails when a mark and :data:`GROUPS` disagree.
+Tests still carry the mark (a group's name, or ``"notebooks"`` for both notebook groups), and
+collection fails when a mark and :func:`group_of` disagree.
 """
 
 import fcntl
@@ -38,15 +42,23 @@ NOTEBOOK_BUILD = REPO / "build" / "test"
 
 #: Test modules that share state, and the xdist group they run in together (one worker, in order).
 GROUPS = {
-    "tests/test_notebooks.py": "notebooks",
-    "tests/test_site.py": "notebooks",  # builds the site from the notebooks' executed copies
+    "tests/test_notebooks.py": "notebooks-cpu",  # its tests of one notebook: see group_of
+    "tests/test_site.py": "notebooks-cpu",  # builds the site from the notebooks' executed copies
     "tests/test_cpu_export.py": "ov-exports",  # the two share one session folder of exports
     "tests/test_cpu_pipeline.py": "ov-exports",
 }
 
 
+#: Notebooks numbered below this run in the ``"notebooks-jax"`` group, the rest in ``"notebooks-cpu"``.
+FIRST_CPU_NOTEBOOK = "04"
+
+
 def group_of(nodeid: str) -> str:
-    module = nodeid.split("::", 1)[0]
+    module, _, test = nodeid.partition("::")
+    if module == "tests/test_notebooks.py" and "[" in test:  # one notebook's test: by its number
+        number = test.split("[", 1)[1][:2]
+        if number.isdigit():
+            return "notebooks-jax" if number < FIRST_CPU_NOTEBOOK else "notebooks-cpu"
     return GROUPS.get(module, module)
 
 
@@ -68,7 +80,9 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         for mark in item.iter_markers("xdist_group"):
             name = mark.args[0] if mark.args else mark.kwargs.get("name")
-            if name != group_of(item.nodeid):
+            if name != group_of(item.nodeid) and not (
+                name == "notebooks" and group_of(item.nodeid).startswith("notebooks-")
+            ):
                 module = item.nodeid.split("::", 1)[0]
                 raise pytest.UsageError(
                     f"{item.nodeid} is marked xdist_group({name!r}) but its module runs in group "
@@ -106,25 +120,66 @@ def tiny_sd15() -> Path:
     return ensure_checkpoint("tiny-sd15")
 
 
+def _run_notebook_once(notebook: Path, testrun: str):
+    """Execute ``notebook`` in the smoke profile unless a worker of this test run (``testrun``,
+    xdist's id shared by its workers) already did: a lock per notebook lets one worker execute it
+    while another waits, and ``<stem>.run.json`` records the finished run (or its error)."""
+    import dataclasses
+    import json
+
+    from sdaccel.run_notebooks import NotebookFailed, Run, execute, needed_tiny_checkpoints
+
+    record = NOTEBOOK_BUILD / "smoke" / f"{notebook.stem}.run.json"
+    locks = NOTEBOOK_BUILD / "locks"
+    locks.mkdir(parents=True, exist_ok=True)
+    with open(locks / f"{notebook.stem}.lock", "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            done = json.loads(record.read_text()) if record.is_file() else {}
+            if done.get("testrun") == testrun:  # executed by another worker of this run
+                if done["error"] is not None:
+                    return NotebookFailed(done["error"])
+                return Run(
+                    **{
+                        k: Path(v) if k in ("notebook", "executed", "output_dir") else v
+                        for k, v in done["run"].items()
+                    }
+                )
+            for name in sorted(needed_tiny_checkpoints([notebook])):
+                ensure_checkpoint(name)
+            try:
+                got = execute(notebook, "smoke", NOTEBOOK_BUILD, CHECKPOINTS, timeout=900)
+                entry = {
+                    "run": {
+                        k: str(v) if isinstance(v, Path) else v for k, v in dataclasses.asdict(got).items()
+                    },
+                    "error": None,
+                }
+            except NotebookFailed as err:
+                got, entry = err, {"run": None, "error": str(err)}
+            partial = record.with_name(record.name + ".partial")
+            partial.write_text(json.dumps({"testrun": testrun, **entry}))
+            partial.replace(record)
+            return got
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
 @pytest.fixture(scope="session")
-def smoke_notebook():
+def smoke_notebook(testrun_uid):
     """``smoke_notebook(path)`` executes that notebook in the smoke profile into ``NOTEBOOK_BUILD``
-    once per session and returns its ``run_notebooks.Run``; later calls return the same run, and
-    after a failed execution every caller fails with the same error. Each execution starts with an
-    empty output folder (``run_notebooks.fresh_output_dir``), so what a test reads is this
-    session's. Tests using it belong in ``@pytest.mark.xdist_group("notebooks")``."""
-    from sdaccel.run_notebooks import NotebookFailed, execute, needed_tiny_checkpoints
+    once per test run, on whichever worker asks first, and returns its ``run_notebooks.Run``;
+    later calls (from any worker) return the same run, and after a failed execution every caller
+    fails with the same error. Each execution starts with an empty output folder
+    (``run_notebooks.fresh_output_dir``), so what a test reads is this run's. Tests using it carry
+    ``@pytest.mark.xdist_group("notebooks")``."""
+    from sdaccel.run_notebooks import NotebookFailed
 
     runs: dict[str, object] = {}
 
     def run(notebook: Path):
         if notebook.stem not in runs:
-            for name in sorted(needed_tiny_checkpoints([notebook])):
-                ensure_checkpoint(name)
-            try:
-                runs[notebook.stem] = execute(notebook, "smoke", NOTEBOOK_BUILD, CHECKPOINTS, timeout=900)
-            except NotebookFailed as err:
-                runs[notebook.stem] = err
+            runs[notebook.stem] = _run_notebook_once(notebook, testrun_uid)
         got = runs[notebook.stem]
         if isinstance(got, NotebookFailed):
             raise got

@@ -3,6 +3,7 @@ parity with PyTorch in f32, the no-op re-export, static reshape, fp16 weights an
 
 from __future__ import annotations
 
+import ast
 import json
 import shutil
 
@@ -333,3 +334,90 @@ def test_a_checkpoint_changed_since_its_export_is_not_served_stale(exports, tmp_
         export_pipeline(src, out, components=["tokenizer", "text_encoder"], progress=False)
     export_pipeline(src, out, components=["tokenizer", "text_encoder"], force=True, progress=False)
     export_pipeline(src, out, components=["tokenizer", "text_encoder"], progress=False)  # current again
+
+
+# ----------------------------------------------------------------------------------------------
+# The export folder notebooks 04, 05 and 06 share
+# ----------------------------------------------------------------------------------------------
+
+
+def notebook_export_dir(stem: str, **values):
+    """The ``export_dir`` that notebook ``stem`` computes from its parameters cell, with ``values``
+    set as a profile or the runner would set them (the notebook's own line, evaluated)."""
+    from pathlib import Path
+
+    cells = json.loads((Path(__file__).parents[1] / "notebooks" / f"{stem}.ipynb").read_text())["cells"]
+    code = ["".join(c["source"]) for c in cells if c["cell_type"] == "code"]
+    namespace: dict = {}
+    exec(code[1], namespace)  # the parameters cell
+    namespace.update(values)
+    (statement,) = [  # the notebook's own assignment, however it is wrapped
+        ast.get_source_segment(cell, node)
+        for cell in code
+        if "export_dir = " in cell
+        for node in ast.parse(cell).body
+        if isinstance(node, ast.Assign) and [getattr(t, "id", None) for t in node.targets] == ["export_dir"]
+    ]
+    exec(
+        f"from pathlib import Path\nfrom sdaccel.cpu.export import default_export_dir\n{statement}", namespace
+    )
+    return namespace["export_dir"]
+
+
+def test_notebooks_04_and_05_share_one_export_folder_per_checkpoint(tmp_path):
+    from pathlib import Path
+
+    from sdaccel import profiles
+
+    first, second = "04_openvino_export_and_run", "05_int8_quantization"
+    full = notebook_export_dir(first)
+    assert full == notebook_export_dir(second)
+    assert full == Path("outputs/openvino/hub--stable-diffusion-v1-5--stable-diffusion-v1-5-fp32")
+    # the smoke profile, as the runner runs it (each notebook its own OUTPUT_DIR under one root)
+    smoke = {
+        stem: notebook_export_dir(
+            stem, **profiles.overrides(stem, "smoke"), OUTPUT_DIR=str(tmp_path / "outputs" / stem)
+        )
+        for stem in (first, second)
+    }
+    assert smoke[first] == smoke[second]
+    assert smoke[first].parent == tmp_path / "outputs" / "openvino"
+    assert smoke[first].name.startswith("local--tiny-shapes-sd15-") and smoke[first].name.endswith("-fp32")
+    # another checkpoint or weight precision: another folder
+    sdxl = "stabilityai/stable-diffusion-xl-base-1.0"
+    assert notebook_export_dir(first, MODEL_ID=sdxl) != full
+    assert notebook_export_dir(first, WEIGHT_DTYPE="fp16") != full
+    assert notebook_export_dir(first, EXPORT_DIR=str(tmp_path / "mine")) == tmp_path / "mine"
+
+
+def test_default_export_dir_never_gives_two_checkpoints_one_folder(
+    tmp_path, tiny_sd15, tiny_sdxl, monkeypatch
+):
+    from sdaccel.cpu.export import default_export_dir
+
+    monkeypatch.chdir(tmp_path)
+    hub = "stable-diffusion-v1-5/stable-diffusion-v1-5"
+    twin = tmp_path / "elsewhere" / tiny_sd15.name  # the same folder name in another place
+    shutil.copytree(tiny_sd15, twin)
+    lookalike = tmp_path / "sub" / hub  # a local folder spelled like a hub id
+    shutil.copytree(tiny_sd15, lookalike)
+    folders = [
+        default_export_dir(hub),
+        default_export_dir("stabilityai/stable-diffusion-xl-base-1.0"),
+        default_export_dir("stable-diffusion-v1/5"),
+        default_export_dir(tiny_sd15),
+        default_export_dir(tiny_sdxl),
+        default_export_dir(twin),
+        default_export_dir(lookalike),
+        default_export_dir(tiny_sd15, "fp16"),
+    ]
+    assert len(set(folders)) == len(folders), folders
+    assert folders[6].name.startswith("local--") and folders[0].name.startswith("hub--")
+    # a name that is a folder here means that folder, as for resolve_checkpoint: one export for it,
+    # whether written relative or absolute
+    monkeypatch.chdir(tmp_path / "sub")
+    assert default_export_dir(hub).name == default_export_dir(lookalike).name == folders[6].name
+    with pytest.raises(ValueError, match="weight_dtype"):
+        default_export_dir(hub, "int8")
+    with pytest.raises(ValueError, match="neither a checkpoint folder nor a hub id"):
+        default_export_dir("no/such/folder")

@@ -15,10 +15,14 @@ from sdaccel import profiles
 from sdaccel.notebook import REPOSITORY_URL, SETUP_CELL
 from sdaccel.run_notebooks import (
     BANNED_PHRASES,
+    WIDGET_STATE,
+    WIDGET_VIEW,
     banned_phrases,
     cells_without_figures,
     discover,
+    drop_widget_state,
     noisy_outputs,
+    saved_widget_state,
 )
 
 REPO = Path(__file__).resolve().parents[1]
@@ -101,6 +105,84 @@ def test_development_notes_are_found_in_sources_and_outputs():
     )
     assert banned_phrases(nb) == ["cell 0: 'target ('", "cell 1: 'load average'"]
     assert all(p == p.lower() for p in BANNED_PHRASES)
+    # code comments and dictionary keys are read too
+    priced = notebook(
+        code('PRICE = {"VM": 0.1}  # what This Machine costs'), code('PRICE = {"this machine": 1}')
+    )
+    assert banned_phrases(priced) == ["cell 0: 'this machine'", "cell 1: 'this machine'"]
+
+
+def widget(model_id, text):
+    return {
+        "output_type": "display_data",
+        "data": {
+            WIDGET_VIEW: {"model_id": model_id, "version_major": 2, "version_minor": 0},
+            "text/plain": text,
+        },
+        "metadata": {},
+    }
+
+
+def test_widget_state_is_dropped_and_each_bar_kept_as_its_final_text():
+    """tqdm's bar (an HBox of label, progress, counter) becomes the line tqdm prints in a terminal;
+    rich's live display (an Output widget) becomes what it captured; the state goes."""
+
+    def model(name, **state):
+        return {"model_name": name, "model_module": "@jupyter-widgets/controls", "state": state}
+
+    rich_final = {
+        "output_type": "display_data",
+        "data": {"text/plain": "Statistics collection 100%"},
+        "metadata": {},
+    }
+    state = {
+        "bar": model("HBoxModel", children=["IPY_MODEL_l", "IPY_MODEL_p", "IPY_MODEL_r"]),
+        "l": model("HTMLModel", value="export:\u2007100%"),
+        "p": model("FloatProgressModel", value=4.0, max=4.0),
+        "r": model("HTMLModel", value="\u20074/4\u2007[00:02&lt;00:00,\u20071.9it/s]"),
+        "half": model("HBoxModel", children=["IPY_MODEL_l2", "IPY_MODEL_p2", "IPY_MODEL_r2"]),
+        "l2": model("HTMLModel", value="f32:\u200750%"),
+        "p2": model("FloatProgressModel", value=6.0, max=12.0),
+        "r2": model("HTMLModel", value="\u20076/12"),
+        "live": model("OutputModel", outputs=[rich_final]),
+        "slider": model("IntSliderModel", value=3),
+    }
+    empty_pre = {
+        "output_type": "display_data",
+        "data": {"text/html": "<pre style='x'></pre>\n", "text/plain": ""},
+    }
+    nb = notebook(
+        code("export()", widget("bar", "export:   0%|          | 0/4")),
+        code("quantize()", widget("live", "Output()"), empty_pre, stream("stdout", "done\n")),
+        code(
+            "run()",
+            widget("half", "f32:   0%"),
+            widget("slider", "IntSlider(value=3)"),
+            widget("gone", "x: 0%"),
+        ),
+    )
+    nb["metadata"]["widgets"] = {WIDGET_STATE: {"state": state, "version_major": 2, "version_minor": 0}}
+    assert saved_widget_state(nb) == [
+        "metadata: saved widget state",
+        "cell 0: widget output",
+        "cell 1: widget output",
+        "cell 2: widget output",
+    ]
+
+    # the executed-copy checks (test_notebooks.py) fail on it: a reader would see "Loading widget..."
+    assert noisy_outputs(nb)[:2] == ["metadata: saved widget state", "cell 0: widget output"]
+
+    clean = drop_widget_state(nb)
+    assert saved_widget_state(clean) == [] and "widgets" not in clean["metadata"]
+    texts = [
+        ["".join(o.get("text") or o["data"]["text/plain"]) for o in c["outputs"]] for c in clean["cells"]
+    ]
+    assert texts == [
+        ["export: 100%|██████████| 4/4 [00:02<00:00, 1.9it/s]"],
+        ["Statistics collection 100%", "done\n"],
+        ["f32: 50%|█████     | 6/12", "IntSlider(value=3)", "x: 0%"],  # no state: its own fallback
+    ]
+    assert noisy_outputs(clean) == []
 
 
 # ----------------------------------------------------------------------------------------------

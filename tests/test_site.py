@@ -2,8 +2,8 @@
 in headless Chromium (Debian's ``chromium`` package, driven over the DevTools protocol).
 
 The slow test builds from the copies that tests/test_notebooks.py executed into build/test/smoke
-this session (the ``smoke_notebook`` fixture; same xdist group, so the same worker, after them),
-and executes the notebooks itself when it runs alone. It asserts that every notebook page renders with all its figures, that the
+in this test run (the ``smoke_notebook`` fixture, which executes each notebook once per run on
+whichever worker asks first), and executes the notebooks itself when it runs alone. It asserts that every notebook page renders with all its figures, that the
 landing page links every notebook, and that no internal link of the site is broken.
 """
 
@@ -235,8 +235,8 @@ def broken_links(root: Path) -> list[str]:
 
 @pytest.fixture(scope="module")
 def executed_dir(smoke_notebook) -> Path:
-    """This session's executed copies (``smoke_notebook`` runs each notebook once per session, so
-    after tests/test_notebooks.py in the same xdist group this only reads them back)."""
+    """This run's executed copies (``smoke_notebook`` runs each notebook once per test run, so
+    after tests/test_notebooks.py, on either worker, this only reads them back)."""
     folders = {smoke_notebook(nb).executed.parent for nb in NOTEBOOKS}
     (folder,) = folders
     return folder

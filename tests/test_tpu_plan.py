@@ -11,6 +11,7 @@ import math
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -243,3 +244,89 @@ def test_a_program_xla_refuses_is_reported_as_not_fitting():
     assert mem["temp"] == int(19.39 * 2**30)
     assert mem["argument"] == per_chip_argument_bytes("auto")
     assert mem["peak"] == mem["argument"] + mem["temp"] and mem["code"] is None
+
+
+# ----------------------------------------------------------------------------------------------
+# The plan beside a measurement (notebooks 01-03)
+# ----------------------------------------------------------------------------------------------
+
+
+def test_plan_beside_a_measurement(compiled):
+    row, _ = compiled["auto"]
+    summary = tpu_plan.summary(row)
+    assert summary["flops_per_image"] == row["flops"]["per_image"] > 0
+    assert summary["batch_per_chip"] == 1 and summary["topology"] == "v5e-4"
+    json.dumps(summary)  # it goes into a notebook's results.json
+
+    predicted_at_61 = tpu_plan._seconds(row["floor_s_per_image_per_chip"] / tpu_plan.PUBLISHED_UTILISATION)
+    alone = tpu_plan.beside(row)
+    assert "no measurement" in alone and predicted_at_61 in alone and "| tiny, 1 image(s) per chip |" in alone
+    assert f"{tpu_plan._bytes(row['resident_peak_bytes'])} of 16.00 GiB: fits" in alone
+
+    on_cpu = tpu_plan.measurement(run_s=3.0, images=8, chips=4, compile_s=5.0)
+    assert on_cpu["platform"] == "cpu" and on_cpu["peak_hbm_bytes"] is None
+    assert on_cpu["s_per_image_per_chip"] == pytest.approx(1.5)
+    lines = {line.split(" | ")[0]: line for line in tpu_plan.beside(row, on_cpu).splitlines()}
+    assert lines["| time per image per chip at 61% of peak"].endswith("| - (cpu: not a TPU measurement) |")
+
+    on_tpu = {**on_cpu, "platform": "tpu", "peak_hbm_bytes": 3 * 2**30, "flops_per_image": 2.5e12}
+    lines = {line.split(" | ")[0]: line for line in tpu_plan.beside(row, on_tpu).splitlines()}
+    assert lines["| time per image per chip at 61% of peak"].endswith("| 1.50 s |")
+    assert lines["| HBM per chip: peak with the text encoders"].endswith("| 3.00 GiB |")
+    assert lines["| FLOPs per image"].endswith("| 2.5 TFLOP |")
+    assert lines["| compile time"].endswith("| 5.00 s |")
+    assert tpu_plan._flops(282e12) == "282.0 TFLOP" and tpu_plan._flops(1.727e9) == "1.73 GFLOP"
+    assert tpu_plan._seconds(1.434) == "1.43 s" and tpu_plan._seconds(1.44e-5) == "0.0144 ms"
+
+
+def test_predict_builds_the_notebooks_case_and_checks_first(monkeypatch):
+    seen = []
+    monkeypatch.setattr(
+        tpu_plan, "compile_case", lambda case, source: seen.append((case, source)) or ({}, None)
+    )
+    with pytest.raises(ValueError, match="batch and steps must be positive"):
+        tpu_plan.predict("tiny", "v5e-1", batch=0)
+    with pytest.raises(ValueError, match="Unknown TPU topology 'v5e-2'"):
+        tpu_plan.predict("tiny", "v5e-2")
+    assert seen == []
+    tpu_plan.predict("stabilityai/stable-diffusion-xl-base-1.0", "v5e-4", batch=3, steps=4, dtype="float32")
+    case, source = seen[0]
+    assert source == tpu_plan.DEFAULT_CONFIG  # a reference config: planned with no download
+    assert (case.topology, case.batch, case.steps, case.dtype, case.attention) == (
+        "v5e-4",
+        3,
+        4,
+        "float32",
+        "splash",
+    )
+    assert case.vae_images_per_chip == 1 and case.guidance
+
+
+def test_config_source_of_a_local_checkpoint(tmp_path):
+    assert tpu_plan.config_source(tmp_path) == str(tmp_path)
+    assert tpu_plan.config_source("stabilityai/stable-diffusion-xl-base-1.0") == "sdxl-base-1.0"
+
+
+def test_without_libtpu_the_error_names_the_install(monkeypatch):
+    monkeypatch.setitem(sys.modules, "libtpu", None)  # import libtpu raises ImportError
+    with pytest.raises(tpu_compile.CompilerMissing, match="pip install"):
+        tpu_compile.tpu_devices.__wrapped__("v5e-1")
+
+
+def test_compiling_for_tpu_off_cloud_prints_nothing():
+    """libtpu warns on stderr when it cannot ask the cloud metadata server; the notebooks show
+    stderr, so ``tpu_devices`` gives it what it would have asked for."""
+    code = "from sdaccel import tpu_compile; print(len(tpu_compile.tpu_devices('v5e-4')))"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TPU_")}
+    env["JAX_PLATFORMS"] = "cpu"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "4" and out.stderr == ""
+
+
+def test_configs_of_a_checkpoint_folder_by_absolute_path():
+    """An absolute path must not be mistaken for a reference config name."""
+    folder = str(Path(__file__).resolve().parents[1] / "checkpoints" / "tiny-shapes-sdxl")
+    assert {"unet", "vae", "text_encoder", "text_encoder_2", "scheduler"} <= set(
+        tpu_plan.read_configs(folder)
+    )

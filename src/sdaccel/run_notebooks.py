@@ -17,13 +17,19 @@ its measurements to ``build/<profile>/outputs/<notebook>/results.json``.
 Every run starts from an empty output folder, so a key that a notebook no longer writes cannot
 survive from an earlier run. Nothing is lost either: a re-run keeps the earlier executed copy as
 ``<name>.previous.ipynb`` and moves the earlier output folder whole to ``outputs/<notebook>.previous/``.
-Only the folders in :data:`REUSED` come back into the new folder: exports that the notebooks check
-and reuse when they are complete and made from the same source.
+Only the folders in :data:`REUSED` come back into the new folder. The OpenVINO exports that
+notebooks 04-06 share are not in any notebook's folder but in ``outputs/openvino/`` (one per
+checkpoint and weight precision, :func:`sdaccel.cpu.export.default_export_dir`): a re-run finds
+them and reuses them, and ``export_pipeline`` refuses one made from another checkpoint.
+
+The executed copies keep no ipywidgets state: each progress bar is replaced by its final text
+(:func:`drop_widget_state`).
 """
 
 from __future__ import annotations
 
 import argparse
+import html
 import json
 import os
 import re
@@ -34,6 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sdaccel import profiles
+from sdaccel.staging import replace_text
 
 REPO = profiles.REPO
 NOTEBOOKS = REPO / "notebooks"
@@ -43,9 +50,9 @@ PROFILES = profiles.PROFILES
 PROFILE_ENV = profiles.KERNEL_ENV
 
 
-#: Subfolders of a notebook's output folder that a re-run reuses: the OpenVINO exports of
-#: notebooks 04 and 05, which ``export_pipeline`` reuses only when complete and exported from the
-#: same source (and re-exports otherwise). Everything else starts empty on every run.
+#: Subfolders of a notebook's output folder that a re-run reuses: an OpenVINO export kept there
+#: (``EXPORT_DIR`` set to one), which ``export_pipeline`` reuses only when complete and exported
+#: from the same source (and re-exports otherwise). Everything else starts empty on every run.
 REUSED = ("openvino",)
 
 
@@ -70,14 +77,21 @@ BANNED_PHRASES = (
     "shared with other jobs",
     "this project's machine",
     "shared 2-core vm",
+    "this machine",
 )
+
+#: Where Jupyter saves the state of ipywidgets (tqdm's and rich's live progress bars), and the
+#: output that shows one of them.
+WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
+WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 
 
 def noisy_outputs(nb: dict) -> list[str]:
     """Outputs of an executed notebook (as JSON) that a reader would have to ignore: standard error
-    outside :data:`ALLOWED_STDERR`, terminal control codes (live progress bars), and warning text.
-    One line each."""
-    problems = []
+    outside :data:`ALLOWED_STDERR`, terminal control codes (live progress bars), warning text, and
+    saved widget state (:func:`saved_widget_state`: without a widget manager it reads "Loading
+    widget..."; the runner replaces it by text). One line each."""
+    problems = saved_widget_state(nb)
     for i, cell in enumerate(nb.get("cells", [])):
         for out in cell.get("outputs", []):
             if out.get("output_type") == "stream":
@@ -119,6 +133,76 @@ def banned_phrases(nb: dict) -> list[str]:
         lowered = "\n".join(texts).lower()
         found += [f"cell {i}: {phrase!r}" for phrase in BANNED_PHRASES if phrase in lowered]
     return found
+
+
+def saved_widget_state(nb: dict) -> list[str]:
+    """What an executed notebook (as JSON) keeps of ipywidgets: saved widget state in its metadata,
+    and outputs that only a widget manager can draw. One line each; an empty list when clean."""
+    found = ["metadata: saved widget state"] if nb.get("metadata", {}).get("widgets") else []
+    for i, cell in enumerate(nb.get("cells", [])):
+        if any(WIDGET_VIEW in out.get("data", {}) for out in cell.get("outputs", [])):
+            found.append(f"cell {i}: widget output")
+    return found
+
+
+def _widget_text(model_id: str, state: dict) -> list[dict] | None:
+    """The outputs that stand for one widget, as text, from its saved final state: a tqdm bar
+    (an HBox of label, progress and counter) as tqdm prints it in a terminal; a rich live display
+    (an Output widget) as the outputs it captured. ``None`` for any other widget."""
+    model = state.get(model_id, {})
+    fields = model.get("state", {})
+    if model.get("model_name") == "OutputModel":
+        return [dict(out) for out in fields.get("outputs", [])]
+    if model.get("model_name") != "HBoxModel":
+        return None
+    parts = [state.get(c.removeprefix("IPY_MODEL_"), {}) for c in fields.get("children", [])]
+    if [p.get("model_name") for p in parts] != ["HTMLModel", "FloatProgressModel", "HTMLModel"]:
+        return None
+    left, bar, right = (p.get("state", {}) for p in parts)
+    total, value = bar.get("max") or 0, bar.get("value") or 0
+    filled = int(10 * value / total) if total else 0
+    text = f"{left.get('value', '')}|{'█' * filled}{' ' * (10 - filled)}|{right.get('value', '')}"
+    text = html.unescape(text).replace("\u2007", " ")
+    return [{"output_type": "display_data", "data": {"text/plain": text}, "metadata": {}}]
+
+
+def drop_widget_state(nb: dict) -> dict:
+    """An executed notebook (as JSON) without saved widget state, each widget output replaced by
+    its final state as text (:func:`_widget_text`), or by its own ``text/plain`` where that cannot
+    be read. The state (up to 130 KB of progress bars per notebook) needs a widget manager's
+    JavaScript to show at all; the text shows everywhere, in the docs as a literal block. Empty
+    outputs that rich leaves behind (``<pre></pre>`` with no text) go too."""
+    state = nb.get("metadata", {}).pop("widgets", {}).get(WIDGET_STATE, {}).get("state", {})
+    for cell in nb.get("cells", []):
+        outputs = []
+        for out in cell.get("outputs", []):
+            data = out.get("data", {})
+            if WIDGET_VIEW in data:
+                text = _widget_text(data[WIDGET_VIEW].get("model_id", ""), state)
+                if text is None:
+                    plain = {k: v for k, v in data.items() if k == "text/plain"}
+                    text = [{**out, "data": plain}] if plain else []
+                outputs += text
+            elif (
+                out.get("output_type") == "display_data"
+                and not "".join(data.get("text/plain", "")).strip()
+                and re.fullmatch(r"\s*<pre[^>]*>\s*</pre>\s*", "".join(data.get("text/html", "")) or "x")
+            ):
+                continue
+            else:
+                outputs.append(out)
+        if "outputs" in cell:
+            cell["outputs"] = outputs
+    return nb
+
+
+def _drop_widget_state_in(executed: Path) -> None:
+    """:func:`drop_widget_state` of an executed copy on disk (rewritten atomically)."""
+    try:
+        nb = json.loads(executed.read_text())
+    except (OSError, json.JSONDecodeError):
+        return
+    replace_text(executed, json.dumps(drop_widget_state(nb), indent=1, ensure_ascii=False) + "\n")
 
 
 class NotebookFailed(RuntimeError):
@@ -244,6 +328,7 @@ def execute(
     finally:
         os.environ.clear()
         os.environ.update(env_backup)
+        _drop_widget_state_in(executed)  # the executed copy is documentation: text, not widget state
     return Run(notebook, executed, output_dir, time.perf_counter() - start, started)
 
 

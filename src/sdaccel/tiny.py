@@ -19,6 +19,8 @@ import json
 import shutil
 from pathlib import Path
 
+from sdaccel import staging
+
 #: Words that get their own BPE merges, so that prompts tokenize into a few tokens, as with CLIP.
 _WORDS = (
     "a an the of on in at with and photo picture painting drawing astronaut horse riding cat dog "
@@ -246,9 +248,8 @@ def ensure_tiny(root: str | Path, name: str = "tiny-sdxl", force: bool = False) 
     folder = Path(root) / name
     if (folder / "model_index.json").is_file() and not force:
         return folder
-    tmp = staging_folder(folder)
-    BUILDERS[name](tmp)
-    publish(tmp, folder)
+    with staging.staged_folder(folder) as stage:
+        BUILDERS[name](stage)
     return folder
 
 
@@ -260,9 +261,9 @@ def staging_folder(folder: Path) -> Path:
 
 
 def publish(tmp: Path, folder: Path) -> None:
-    """Replace ``folder`` by the finished ``tmp`` in one rename: a half-built folder never looks complete."""
-    shutil.rmtree(folder, ignore_errors=True)
-    tmp.rename(folder)
+    """Replace ``folder`` by the finished ``tmp`` (:func:`sdaccel.staging.publish_folder`: the old
+    folder is renamed aside and deleted only once the new one is in place)."""
+    staging.publish_folder(tmp, folder)
 
 
 def folder_bytes(folder: Path) -> int:

@@ -67,20 +67,38 @@ def topology(name: str) -> Topology:
     return TOPOLOGIES[name]
 
 
+#: libtpu's settings off a TPU VM. The accelerator type only silences a warning: the topology
+#: compiled for comes from ``get_topology_desc``, not from it.
+OFF_CLOUD_ENV = {
+    "TPU_SKIP_MDS_QUERY": "1",
+    "TPU_WORKER_HOSTNAMES": "localhost",
+    "TPU_ACCELERATOR_TYPE": "v5litepod-1",
+}
+
+
+class CompilerMissing(RuntimeError):
+    """libtpu, the TPU compiler, is not installed in this Python."""
+
+
 @functools.cache
 def tpu_devices(name: str) -> list:
     """Compile-only devices of the TPU slice ``name`` (``"v5e-4"``...). Needs libtpu installed.
-    Sets, when unset, ``TPU_SKIP_MDS_QUERY=1`` (there is no metadata server off Cloud) and
-    ``ALLOW_MULTIPLE_LIBTPU_LOAD=1``."""
+    Off a TPU VM it sets, when unset, what libtpu would otherwise ask the cloud metadata server
+    for (``TPU_SKIP_MDS_QUERY``, ``TPU_WORKER_HOSTNAMES``, ``TPU_ACCELERATOR_TYPE``: without them it
+    prints warnings, then compiles all the same); and ``ALLOW_MULTIPLE_LIBTPU_LOAD=1``."""
+    import jax
+
     topo = topology(name)
-    os.environ.setdefault("TPU_SKIP_MDS_QUERY", "1")
+    if jax.default_backend() != "tpu":
+        for key, value in OFF_CLOUD_ENV.items():
+            os.environ.setdefault(key, value)
     # libtpu keeps other processes out with /tmp/libtpu_lockfile (a killed process leaves it
     # behind); compiling touches no chip, so several compiling processes may share it.
     os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
     try:
         import libtpu  # noqa: F401
     except ImportError:
-        raise RuntimeError(
+        raise CompilerMissing(
             "Compiling for TPU needs libtpu: pip install -r requirements-cpu.txt (it pins libtpu), "
             "or pip install 'jax[tpu]==0.10.2'."
         ) from None

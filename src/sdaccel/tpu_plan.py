@@ -117,21 +117,21 @@ def read_configs(source: str | os.PathLike) -> dict[str, dict]:
 
     if str(source) == "tiny":
         return _tiny_configs()
-    reference = resources.files("sdaccel") / "reference_configs" / str(source)
-    if reference.is_dir():
-        return {
-            p.name[:-5]: json.loads(p.read_text())
-            for p in reference.iterdir()
-            if p.name.endswith(".json") and p.name != "tokenizers.json"
-        }
     folder = Path(source)
-    if not (folder / "model_index.json").is_file():
-        names = sorted(p.name for p in (resources.files("sdaccel") / "reference_configs").iterdir())
+    if (folder / "model_index.json").is_file():
+        components = ["unet", "vae", "scheduler", "text_encoder", "text_encoder_2"]
+        return {c: read_config(folder, c) for c in components if (folder / c).is_dir()}
+    references = resources.files("sdaccel") / "reference_configs"
+    names = sorted(p.name for p in references.iterdir())
+    if str(source) not in names:
         raise ValueError(
             f"{source!r} is neither a reference config ({names}) nor a diffusers checkpoint folder."
         )
-    components = ["unet", "vae", "scheduler", "text_encoder", "text_encoder_2"]
-    return {c: read_config(folder, c) for c in components if (folder / c).is_dir()}
+    return {
+        p.name[:-5]: json.loads(p.read_text())
+        for p in (references / str(source)).iterdir()
+        if p.name.endswith(".json") and p.name != "tokenizers.json"
+    }
 
 
 def _abstract(cls, config, dtype):
@@ -544,6 +544,163 @@ def environment() -> dict:
 
 
 # ----------------------------------------------------------------------------------------------
+# The plan beside a measurement (notebooks 01-03)
+# ----------------------------------------------------------------------------------------------
+
+#: Hub ids whose configs ship in ``sdaccel/reference_configs``: they are planned with no download.
+REFERENCE_IDS = {"stabilityai/stable-diffusion-xl-base-1.0": DEFAULT_CONFIG}
+
+#: The utilisation the HF blog's v5e-4 run reached by the plan's own floor (1.43 s of its 2.33 s
+#: per image per chip): what a well-tuned JAX SDXL gets out of a v5e.
+PUBLISHED_UTILISATION = 0.61
+
+
+def config_source(model: str | os.PathLike) -> str:
+    """What :func:`read_configs` plans for a notebook's ``MODEL_ID``: a local diffusers folder as it
+    is, a reference config for the hub ids in :data:`REFERENCE_IDS`, else the hub repository's
+    JSON configs alone (kilobytes; no weights)."""
+    if Path(model).is_dir():
+        return str(model)
+    if str(model) in REFERENCE_IDS:
+        return REFERENCE_IDS[str(model)]
+    from huggingface_hub import snapshot_download
+
+    return snapshot_download(
+        str(model), allow_patterns=["model_index.json", "*/config.json", "*/*_config.json"]
+    )
+
+
+def predict(
+    model: str | os.PathLike,
+    topology: str = "v5e-1",
+    batch: int = 1,
+    height: int = 1024,
+    width: int = 1024,
+    steps: int = 20,
+    guidance: bool = True,
+    dtype: str = "bfloat16",
+    attention: str = "splash",
+    mesh: str = "auto",
+    vae_images_per_chip: int | None = 1,
+) -> dict:
+    """The plan's row for ``model``'s denoise-and-decode program with ``batch`` images per chip,
+    compiled for the compile-only devices of ``topology`` (no TPU needed; it needs libtpu, and
+    raises :class:`sdaccel.tpu_compile.CompilerMissing` naming the install without it). The
+    defaults are the pipelines' own on a TPU: splash attention, one image per VAE decode step."""
+    if batch < 1 or steps < 1:
+        raise ValueError(f"batch and steps must be positive, got batch={batch}, steps={steps}.")
+    tpu_compile.topology(topology)  # raises with the choices
+    vae = None if vae_images_per_chip is None else math.gcd(vae_images_per_chip, batch)
+    case = Case(
+        topology, mesh, attention, batch, height, width, steps, dtype, guidance, vae_images_per_chip=vae
+    )
+    row, _ = compile_case(case, config_source(model))
+    return row
+
+
+def measurement(
+    run_s: float, images: int, chips: int, compile_s: float | None = None, flops_per_image=None
+) -> dict:
+    """What a notebook measured, in the plan's units: seconds per image per chip, and on a TPU the
+    peak HBM the first chip has seen (``memory_stats``). ``platform`` says where it ran."""
+    platform = jax.default_backend()
+    stats = (jax.devices()[0].memory_stats() or {}) if platform == "tpu" else {}
+    return {
+        "platform": platform,
+        "s_per_image_per_chip": run_s * chips / images,
+        "peak_hbm_bytes": stats.get("peak_bytes_in_use"),
+        "compile_s": compile_s,
+        "flops_per_image": flops_per_image,
+    }
+
+
+def summary(row: dict) -> dict:
+    """The plan's figures that a notebook keeps in its ``results.json``."""
+    return {
+        "topology": row["topology"],
+        "batch_per_chip": row["batch"],
+        "config": row["config"],
+        "compile_error": row["compile_error"],
+        "resident_peak_bytes": row["resident_peak_bytes"],
+        "hbm_capacity_bytes": row["hbm_capacity_bytes"],
+        "fits": row["fits"],
+        "spare_bytes": row["spare_bytes"],
+        "batch_estimate": row["batch_estimate"],
+        "flops_per_image": row["flops"]["per_image"],
+        "floor_s_per_image_per_chip": row["floor_s_per_image_per_chip"],
+        "collectives": row["collectives"],
+        "pallas_calls": row["pallas_calls"],
+        "compile_s": row["compile_s"],
+    }
+
+
+def _bytes(n) -> str:
+    return "-" if n is None else (f"{n / GiB:.2f} GiB" if n >= GiB / 10 else f"{n / 2**20:.1f} MiB")
+
+
+def _flops(n) -> str:
+    return "-" if not n else (f"{n / 1e12:.1f} TFLOP" if n >= 1e11 else f"{n / 1e9:.3g} GFLOP")
+
+
+def _seconds(s) -> str:
+    return "-" if s is None else (f"{s:.2f} s" if s >= 0.1 else f"{s * 1e3:.3g} ms")
+
+
+def beside(row: dict, measured: dict | None = None) -> str:
+    """A Markdown table: the plan's prediction for one program next to what was measured. Times
+    and memory compare only on a TPU; elsewhere that column says so. FLOPs are the model's
+    arithmetic and compare anywhere."""
+    on_tpu = measured is not None and measured["platform"] == "tpu"
+    topo, mem = row["topology"], row["hbm_bytes"]
+    floor = row["floor_s_per_image_per_chip"]
+    model = Path(str(row["config"])).name
+    where = "no measurement" if measured is None else f"measured ({measured['platform']})"
+    off = "" if measured is None else f"- ({measured['platform']}: not a TPU measurement)"
+    if row["compile_error"]:
+        fit = f"does NOT fit: XLA refused it ({row['compile_error'][:80]})"
+    else:
+        room = "fits" if row["fits"] else "does NOT fit"
+        fit = (
+            f"{_bytes(row['resident_peak_bytes'])} of {_bytes(row['hbm_capacity_bytes'])}: {room}, "
+            f"{_bytes(row['spare_bytes'])} spare"
+        )
+    coll = ", ".join(f"{k} {v}" for k, v in sorted(row["collectives"].items())) or "none"
+    measured_flops = _flops(measured.get("flops_per_image")) if measured else ""
+    measured_compile = measured.get("compile_s") if on_tpu else None
+    rows = [
+        (f"{model}, {row['batch']} image(s) per chip", f"predicted for {topo} (compiled here)", where),
+        ("HBM per chip: weights and inputs", _bytes(mem["argument"]), ""),
+        ("HBM per chip: temporaries", _bytes(mem["temp"]), ""),
+        (
+            "HBM per chip: peak with the text encoders",
+            fit,
+            _bytes(measured["peak_hbm_bytes"]) if on_tpu else off,
+        ),
+        ("largest batch per chip (estimate)", str(row["batch_estimate"]), ""),
+        (
+            "FLOPs per image",
+            _flops(row["flops"]["per_image"]),
+            measured_flops if measured_flops != "-" else "",
+        ),
+        ("time per image per chip at 100% of peak", _seconds(floor), ""),
+        (
+            f"time per image per chip at {PUBLISHED_UTILISATION:.0%} of peak",
+            _seconds(None if floor is None else floor / PUBLISHED_UTILISATION),
+            _seconds(measured["s_per_image_per_chip"]) if on_tpu else off,
+        ),
+        ("collectives; Pallas kernel calls", f"{coll}; {row['pallas_calls']}", ""),
+        (
+            "compile time",
+            f"{row['compile_s']:.1f} s (for {topo}, on the CPU here)",
+            _seconds(measured_compile) if measured_compile is not None else "",
+        ),
+    ]
+    lines = [f"| {rows[0][0]} | {rows[0][1]} | {rows[0][2]} |", "|---|---|---|"]
+    lines += [f"| {a} | {b} | {c} |" for a, b, c in rows[1:]]
+    return "\n".join(lines) + "\n"
+
+
+# ----------------------------------------------------------------------------------------------
 # Command line
 # ----------------------------------------------------------------------------------------------
 
@@ -568,8 +725,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument(
         "--vae-images-per-chip",
         nargs="+",
-        default=["all"],
-        help="images each chip's VAE decodes at a time ('all': the whole batch at once, as the pipeline does now)",
+        default=["1"],
+        help="images each chip's VAE decodes at a time (default 1, as the pipelines do; 'all': the whole batch at once)",
     )
     parser.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32"])
     parser.add_argument("--no-guidance", action="store_true", help="compile without classifier-free guidance")

@@ -505,6 +505,42 @@ def export_sizes(folder: str | os.PathLike) -> dict[str, int]:
     }
 
 
+def default_export_dir(
+    model_id: str | os.PathLike, weight_dtype: str = "fp32", root: str | os.PathLike = "outputs/openvino"
+) -> Path:
+    """The one export folder of a checkpoint that notebooks 04, 05 and 06 share: the first to run
+    exports into it, the others find it complete and reuse it.
+
+    ``root/<name>-<weight_dtype>``, where ``<name>`` tells the checkpoint apart without opening it:
+
+    * a hub id ``org/name``: ``hub--org--name`` (a hub name cannot contain ``--``, so two ids
+      never meet);
+    * a local folder: ``local--<folder name>-<digest of its absolute path>``: two folders of the
+      same name elsewhere get two exports, and no local folder takes a hub id's place.
+
+    The weight precision is part of the name, so an fp16 export never lands on an f32 one. A
+    checkpoint changed in place keeps its folder: :func:`export_pipeline` then refuses the old
+    export (its source check) rather than mix the two.
+    """
+    import hashlib
+
+    if weight_dtype not in ("fp32", "fp16"):
+        raise ValueError(f"weight_dtype must be 'fp32' or 'fp16', got {weight_dtype!r}.")
+    path = Path(model_id).expanduser()
+    if path.is_dir():
+        absolute = str(path.resolve())
+        name = f"local--{path.resolve().name}-{hashlib.sha256(absolute.encode()).hexdigest()[:12]}"
+    else:
+        text = str(model_id).strip("/")
+        if not text or "--" in text or text.count("/") != 1:
+            raise ValueError(
+                f"{model_id!r} is neither a checkpoint folder nor a hub id of the form 'org/name': "
+                "check the path, or pass EXPORT_DIR explicitly."
+            )
+        name = "hub--" + text.replace("/", "--")
+    return Path(root) / f"{name}-{weight_dtype}"
+
+
 def export_pipeline(
     src: str | os.PathLike,
     dst: str | os.PathLike,

@@ -19,9 +19,16 @@ over OpenVINO compiled models, so every step is visible and can be timed, hooked
 
 Precision: OpenVINO's CPU plugin runs a model in the precision of its
 ``INFERENCE_PRECISION_HINT``. Its default is **bf16 on CPUs with bf16 instructions**
-(AVX512_BF16 or AMX) and f32 elsewhere, whatever the precision of the stored weights.
-``precision="f32"`` forces full precision (for parity checks), ``"bf16"`` asks for bf16, and
-``None`` keeps the plugin's choice; ``pipe.precision`` reports what the compiled UNet really uses.
+(AVX512_BF16 or AMX) and f32 elsewhere, whatever the precision of the stored weights, and bf16 is
+not always the faster: with AMX it wins, with AVX-512 BF16 alone it can lose to f32. So the default
+here, ``precision="auto"``, *measures*: :func:`sdaccel.cpu.precision.choose_precision` times each
+component in every precision the plugin offers on this CPU and compiles each in the fastest
+(``pipe.precision_choice`` holds the measurement; it is cached in the export folder, so only the
+first load on a CPU pays for it). ``"f32"`` forces full precision (for parity checks), ``"bf16"``
+asks for bf16, ``None`` keeps the plugin's choice, and a dict sets each component's own
+(``{"unet": "f32", "vae_decoder": "bf16"}``; the ones left out keep the plugin's choice), e.g. to
+reproduce an ``"auto"`` choice without measuring. ``pipe.precisions`` reports what each compiled
+model really runs in.
 """
 
 from __future__ import annotations
@@ -52,14 +59,33 @@ from sdaccel.cpu.export import (
     reshape_static,
     vae_scale_factor_of,
 )
+from sdaccel.cpu.precision import CANDIDATES, choose_precision, pipeline_components, precision_name
 
-PRECISIONS = ("f32", "bf16", "f16")
+#: What ``precision`` accepts besides ``None`` (the plugin's default).
+PRECISIONS = ("auto", *CANDIDATES)
 
 
-def _precision_name(value) -> str:
-    """``ov.Type`` (or its string) -> ``"f32"`` / ``"bf16"`` / ``"f16"``."""
-    name = value.get_type_name() if hasattr(value, "get_type_name") else str(value)
-    return {"float32": "f32", "bfloat16": "bf16", "float16": "f16"}.get(name, name)
+def _check_precision(precision) -> None:
+    """Refuse, before anything is read or compiled, a precision ``from_pretrained`` cannot take."""
+    values = precision.values() if isinstance(precision, dict) else [precision]
+    bad = [
+        v
+        for v in values
+        if v is not None and (v not in PRECISIONS or (isinstance(precision, dict) and v == "auto"))
+    ]
+    if bad or (isinstance(precision, dict) and not precision):
+        raise ValueError(
+            f"precision must be one of {PRECISIONS}, None (the plugin's default) or a non-empty dict "
+            f"of component -> one of {CANDIDATES} or None; got {precision!r}."
+        )
+
+
+def _component(name: str) -> str:
+    """The export component behind a loaded model's name: ``text_encoder_1`` -> ``text_encoder_2``."""
+    if name.startswith("text_encoder_"):
+        index = int(name.rsplit("_", 1)[1])
+        return f"text_encoder_{index + 1}" if index else "text_encoder"
+    return name
 
 
 class OVPipeline:
@@ -72,7 +98,7 @@ class OVPipeline:
     OpenVINO), leaves the pipeline as it was: the next valid call works.
     """
 
-    def __init__(self, folder: Path, core, device: str, precision: str | None, static, ov_config: dict):
+    def __init__(self, folder: Path, core, device: str, precision, static, ov_config: dict):
         from diffusers import schedulers
         from transformers import CLIPTokenizer
 
@@ -80,9 +106,7 @@ class OVPipeline:
         self.core = core
         self.device = device
         self.static = StaticShape.coerce(static)
-        self.compile_config = dict(ov_config)
-        if precision is not None:
-            self.compile_config["INFERENCE_PRECISION_HINT"] = precision
+        self.ov_config = dict(ov_config)
         index = read_json(folder / "model_index.json")
         self.pipeline_class = index["_class_name"]
         self.is_sdxl = self.pipeline_class == "StableDiffusionXLPipeline"
@@ -97,6 +121,25 @@ class OVPipeline:
             self.defaults = dataclasses.replace(
                 self.defaults, height=self.static.height, width=self.static.width
             )
+
+        # the INFERENCE_PRECISION_HINT each component is compiled with (None: the plugin's default),
+        # and, with "auto", the measurement that chose them
+        self.precision_choice = None
+        if precision == "auto":
+            shape = self.static or StaticShape(1, self.defaults.height, self.defaults.width, True)
+            self.precision_choice = choose_precision(
+                folder,
+                **asdict(shape),
+                static=self.static is not None,
+                device=device,
+                ov_config=ov_config,
+                core=core,
+            )
+            self.hints = dict(self.precision_choice.chosen)
+        elif isinstance(precision, dict):
+            self.hints = dict.fromkeys(pipeline_components(folder)) | precision
+        else:
+            self.hints = dict.fromkeys(pipeline_components(folder), precision)
 
         encoders = ("text_encoder", "text_encoder_2") if self.is_sdxl else ("text_encoder",)
         self.tokenizers = [
@@ -115,7 +158,7 @@ class OVPipeline:
         cls,
         folder: str | os.PathLike,
         device: str = "CPU",
-        precision: str | None = None,
+        precision: str | dict[str, str | None] | None = "auto",
         static=None,
         ov_config: dict | None = None,
         core=None,
@@ -125,13 +168,17 @@ class OVPipeline:
         Args:
           folder: written by :func:`sdaccel.cpu.export.export_pipeline`.
           device: an OpenVINO device name (``"CPU"``; ``"GPU"`` where an Intel GPU is present).
-          precision: ``"f32"``, ``"bf16"`` or ``None`` (the plugin's default; see the module doc).
+          precision: ``"auto"`` (each component in the precision measured fastest on this CPU,
+            :func:`sdaccel.cpu.precision.choose_precision`), ``"f32"``, ``"bf16"``, ``"f16"``,
+            ``None`` (the plugin's default), or a dict of these per component
+            (``pipe.precision_choice.chosen``, say); see the module doc.
           static: ``None`` (dynamic shapes) or a ``StaticShape`` / ``(batch, height, width)``: the
             models are reshaped before compiling and then only accept that shape.
           ov_config: extra compile properties (``{"NUM_STREAMS": "1"}``, ``{"CACHE_DIR": ...}``).
         """
         import openvino as ov
 
+        _check_precision(precision)
         folder = Path(folder)
         if not (folder / "model_index.json").is_file():
             raise CheckpointError(
@@ -143,6 +190,13 @@ class OVPipeline:
             raise CheckpointError(
                 f"{folder} holds a {kind!r} export; OVPipeline runs {sorted(PIPELINE_COMPONENTS)}."
             )
+        if isinstance(precision, dict):
+            unknown = sorted(set(precision) - set(pipeline_components(folder)))
+            if unknown:
+                raise ValueError(
+                    f"precision names {unknown}, which this {kind} export does not run; name any of "
+                    f"{list(pipeline_components(folder))}."
+                )
         needed = [
             c for c in PIPELINE_COMPONENTS[kind] if c.startswith(("text_encoder", "unet", "vae_decoder"))
         ]
@@ -152,14 +206,24 @@ class OVPipeline:
                 f"{folder} is not a complete OpenVINO export (missing {missing}); is it a diffusers "
                 "checkpoint? Export it first with sdaccel.cpu.export.export_pipeline(src, folder)."
             )
-        if precision is not None and precision not in PRECISIONS:
-            raise ValueError(f"precision must be one of {PRECISIONS} or None, got {precision!r}.")
         return cls(folder, core or ov.Core(), device, precision, static, ov_config or {})
 
     # -- models ------------------------------------------------------------------------------
 
-    def _compile(self, component_or_model):
-        """Read (if a component name or a path), reshape when static, compile."""
+    def compile_config_for(self, component: str) -> dict:
+        """The compile properties of ``component`` (``"unet"``, ``"text_encoder"``, ...): the
+        pipeline's ``ov_config`` plus the component's ``INFERENCE_PRECISION_HINT``, if any."""
+        hint = self.hints.get(component)
+        return self.ov_config | ({"INFERENCE_PRECISION_HINT": hint} if hint is not None else {})
+
+    @property
+    def compile_config(self) -> dict:
+        """The UNet's compile properties (what a swapped-in or DeepCache UNet is compiled with)."""
+        return self.compile_config_for("unet")
+
+    def _compile(self, component_or_model, name: str):
+        """Read (if a component name or a path), reshape when static, compile with the compile
+        properties of the component loaded as ``name`` (see :meth:`_load`)."""
         import openvino as ov
 
         model = component_or_model
@@ -176,19 +240,19 @@ class OVPipeline:
                 vae_scale_factor=self.vae_scale_factor,
                 max_length=self.max_length,
             )
-        return self.core.compile_model(model, self.device, self.compile_config)
+        return self.core.compile_model(model, self.device, self.compile_config_for(_component(name)))
 
     def _load(self, name: str, source):
         """Compile ``source`` (see :meth:`_compile`) and remember it, to compile again after a
-        failure (:meth:`_recover`)."""
-        compiled = self._compile(source)
+        failure (:meth:`_recover`). ``name``: ``text_encoder_<i>``, ``unet`` or ``vae_decoder``."""
+        compiled = self._compile(source, name)
         self._sources[name] = source
         return compiled
 
     def replace_unet(self, model) -> None:
         """Swap in another UNet: an ``ov.Model`` (e.g. NNCF-quantized; reshaped in place when the
         pipeline is static), a path to its ``.xml``, or an already compiled model. It must have the
-        same inputs and outputs; it is compiled with this pipeline's device and precision."""
+        same inputs and outputs; it is compiled with this pipeline's device and the UNet's precision."""
         self.unet = self._load("unet", str(model) if isinstance(model, Path) else model)
         self._requests.pop("unet", None)
 
@@ -217,7 +281,7 @@ class OVPipeline:
         if failed is None or source is None or hasattr(source, "create_infer_request"):
             return  # nothing ran in OpenVINO, or only a compiled model was given (nothing to redo)
         try:
-            compiled = self._compile(source)
+            compiled = self._compile(source, failed)
         except Exception as again:  # keep the original error; say the pipeline needs reloading
             error.add_note(f"Compiling {failed} again failed too ({again}): load the pipeline again.")
             return
@@ -231,7 +295,7 @@ class OVPipeline:
         """The inference precision each compiled model actually runs in."""
         models = {"unet": self.unet, "vae_decoder": self.vae_decoder}
         models.update({f"text_encoder{'_2' if i else ''}": m for i, m in enumerate(self.text_encoders)})
-        return {k: _precision_name(m.get_property("INFERENCE_PRECISION_HINT")) for k, m in models.items()}
+        return {k: precision_name(m.get_property("INFERENCE_PRECISION_HINT")) for k, m in models.items()}
 
     @property
     def precision(self) -> str:

@@ -1,0 +1,490 @@
+"""Choose the float precision of each exported model by timing it on this CPU.
+
+OpenVINO's CPU plugin runs the floating-point layers of a model in the precision of its
+``INFERENCE_PRECISION_HINT``. Its default is bf16 wherever the CPU has bf16 instructions, but
+whether bf16 is *faster* depends on the CPU: with AMX tiles it is much faster than f32, with only
+AVX-512 BF16 it can be slower (measured: the SD 1.5 UNet 1.5x slower in bf16 than in f32 on a Xeon
+without AMX), and a CPU without bf16 instructions runs f32 whatever is asked. So rather than trust
+a rule, :func:`choose_precision` measures:
+
+1. **Candidates.** f32 always; bf16 and f16 where the plugin lists ``BF16`` / ``FP16`` in its
+   ``OPTIMIZATION_CAPABILITIES`` (a hint the CPU cannot run is silently replaced by f32, so timing
+   it would only time f32 again).
+2. **Timing.** With more than one candidate, each component (text encoder(s), UNet, VAE decoder) is compiled once per candidate,
+   as :class:`~sdaccel.cpu.pipeline.OVPipeline` compiles it (same device, properties, static or
+   dynamic shapes), run ``warmup`` times, then timed ``iters`` times on the input shapes of one
+   guided image at the pipeline's size: text encoders and UNet at batch 2 (negative and positive
+   prompt), VAE decoder at batch 1. The median decides.
+3. **What ran.** For each candidate it records the precision the plugin *reports*
+   (``INFERENCE_PRECISION_HINT`` of the compiled model) and the output precision of the
+   convolutions and matrix products in the runtime model. A candidate whose reported precision is
+   not the one asked for is recorded but cannot be chosen.
+4. **Cache.** The result is added (atomically) to ``precision_choice.json`` in the export folder,
+   keyed by the CPU model and instruction sets (:mod:`sdaccel.env`), the OpenVINO version and the
+   plugin's capabilities, the device and compile properties, the input shapes and the models' IR
+   (a hash of each ``.xml``). A later call with the same key reads it back instead of measuring;
+   any other CPU, version, size or export measures again.
+
+The result, :class:`PrecisionChoice`, has ``.chosen`` (component -> precision), ``.table()`` and
+``.summary()`` ("f32 chosen for the UNet: 1.5x faster than bf16 on this CPU") and round-trips
+through JSON.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import statistics
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from sdaccel.checkpoint import CheckpointError, read_config, read_json
+from sdaccel.cpu.export import MODEL_XML, StaticShape, read_defaults, reshape_static, vae_scale_factor_of
+from sdaccel.env import cpu_features, cpu_model
+from sdaccel.staging import replace_json
+
+log = logging.getLogger(__name__)
+
+#: The precisions a choice is made between, in order of preference on a tie.
+CANDIDATES = ("f32", "bf16", "f16")
+#: The capability (``OPTIMIZATION_CAPABILITIES``) a device must list to run each candidate.
+CAPABILITY = {"f32": "FP32", "bf16": "BF16", "f16": "FP16"}
+#: The file in the export folder that caches the choice.
+CHOICE_FILE = "precision_choice.json"
+#: Bumped when the cached format or the measurement changes: older files are measured again.
+SCHEMA = 2
+#: Layer types of the runtime model whose precision says what the heavy arithmetic ran in.
+HEAVY_LAYERS = ("Convolution", "Deconvolution", "FullyConnected", "MatMul", "ScaledAttn")
+#: Human names of the components, for summaries.
+NAMES = {
+    "text_encoder": "text encoder",
+    "text_encoder_2": "second text encoder",
+    "unet": "UNet",
+    "vae_decoder": "VAE decoder",
+}
+
+
+def precision_name(value) -> str:
+    """``ov.Type`` (or its string) -> ``"f32"`` / ``"bf16"`` / ``"f16"``."""
+    name = value.get_type_name() if hasattr(value, "get_type_name") else str(value)
+    return {"float32": "f32", "bfloat16": "bf16", "float16": "f16"}.get(name, name)
+
+
+def offered_precisions(core, device: str = "CPU") -> tuple[str, ...]:
+    """The candidates ``device`` can run: f32, and bf16 / f16 where its
+    ``OPTIMIZATION_CAPABILITIES`` list ``BF16`` / ``FP16``."""
+    capabilities = set(core.get_property(device, "OPTIMIZATION_CAPABILITIES"))
+    return tuple(p for p in CANDIDATES if p == "f32" or CAPABILITY[p] in capabilities)
+
+
+def pipeline_components(folder: str | os.PathLike) -> tuple[str, ...]:
+    """The components of an export folder that a text-to-image call runs, in call order."""
+    kind = read_json(Path(folder) / "model_index.json").get("_class_name")
+    encoders = (
+        ("text_encoder", "text_encoder_2") if kind == "StableDiffusionXLPipeline" else ("text_encoder",)
+    )
+    return (*encoders, "unet", "vae_decoder")
+
+
+def check_candidates(candidates: Iterable[str]) -> tuple[str, ...]:
+    candidates = tuple(candidates)
+    bad = [c for c in candidates if c not in CANDIDATES]
+    if not candidates or bad:
+        raise ValueError(
+            f"precision candidates must be a non-empty subset of {CANDIDATES}, got {candidates!r}."
+        )
+    return candidates
+
+
+# ----------------------------------------------------------------------------------------------
+# The result
+# ----------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Measurement:
+    """One component compiled with one ``INFERENCE_PRECISION_HINT``."""
+
+    requested: str
+    reported: str  #: the compiled model's INFERENCE_PRECISION_HINT
+    runtime: dict[str, int]  #: output precision -> number of heavy layers (HEAVY_LAYERS)
+    times: list[float]  #: seconds of each timed call (wall clock: what a reader waits for)
+    compile_s: float
+    #: CPU seconds of this process (all threads) in each timed call: on a machine busy with other
+    #: work the wall clock inflates with their load, the CPU time much less
+    cpu_times: list[float] = field(default_factory=list)
+
+    @property
+    def median_s(self) -> float:
+        return statistics.median(self.times)
+
+    @property
+    def honoured(self) -> bool:
+        """The plugin runs what was asked (a CPU without bf16 reports f32 for a bf16 hint)."""
+        return self.reported == self.requested
+
+
+def decide(measurements: dict[str, Measurement]) -> str:
+    """The candidate with the smallest median time among those the plugin honoured (ties go to
+    the earlier of :data:`CANDIDATES`); if none was honoured, the fastest of all."""
+    eligible = [m for m in measurements.values() if m.honoured] or list(measurements.values())
+    order = {p: i for i, p in enumerate(CANDIDATES)}
+    return min(eligible, key=lambda m: (m.median_s, order.get(m.requested, len(order)))).requested
+
+
+@dataclass
+class ComponentChoice:
+    shapes: dict[str, list[int]]
+    measurements: dict[str, Measurement]
+    chosen: str
+
+
+@dataclass
+class PrecisionChoice:
+    """What :func:`choose_precision` measured and chose, per component.
+
+    ``key`` is what the cache is keyed by; ``machine`` names the CPU, its instruction sets and
+    the OpenVINO version; ``offered`` the candidates the device can run; ``choosing_s`` the
+    seconds the measurement took (``cached`` is True for a choice read back from the cache).
+    """
+
+    key: dict
+    machine: dict
+    offered: list[str]
+    components: dict[str, ComponentChoice]
+    choosing_s: float = 0.0
+    cached: bool = field(default=False, compare=False)
+
+    @property
+    def chosen(self) -> dict[str, str]:
+        return {name: c.chosen for name, c in self.components.items()}
+
+    def summary(self, component: str) -> str:
+        """One line: the chosen precision and how it compares with the runner-up."""
+        entry = self.components[component]
+        name = NAMES.get(component, component)
+        if len(entry.measurements) < 2:
+            if len(self.offered) > 1:
+                return f"{entry.chosen} chosen for the {name}: the only candidate asked for (not timed)"
+            lacking = " or ".join(CAPABILITY[p] for p in CANDIDATES if p not in self.offered)
+            return (
+                f"{entry.chosen} chosen for the {name}: the only precision the {self.key['device']} "
+                f"plugin offers on this CPU (no {lacking} in its OPTIMIZATION_CAPABILITIES; not timed)"
+            )
+        best = entry.measurements[entry.chosen]
+        others = [m for p, m in entry.measurements.items() if p != entry.chosen]
+        parts = []
+        for other in others:
+            if not other.honoured:  # same arithmetic as what it ran: a ratio would be noise
+                parts.append(
+                    f"{other.requested} runs as {other.reported} on this CPU "
+                    f"(the plugin offers no {CAPABILITY[other.requested]})"
+                )
+                continue
+            ratio = other.median_s / best.median_s
+            parts.append(f"{ratio:.2f}x faster than {other.requested} on this CPU")
+        return f"{entry.chosen} chosen for the {name}: {'; '.join(parts)}"
+
+    def table(self) -> str:
+        """Per component and candidate: median seconds, what the plugin reports, what the heavy
+        layers ran in, and the choice; then the CPU and the one-line summaries."""
+        lines = [
+            f"{'component':16} {'asked':6} {'reported':8} {'heavy layers output':24} {'median s':>9} {'chosen':>6}"
+        ]
+        for component, entry in self.components.items():
+            for precision, m in entry.measurements.items():
+                runtime = ", ".join(f"{k} {v}" for k, v in sorted(m.runtime.items())) or "-"
+                mark = "<--" if precision == entry.chosen else ""
+                lines.append(
+                    f"{component:16} {precision:6} {m.reported:8} {runtime:24} {m.median_s:9.4f} {mark:>6}"
+                )
+        flags = ", ".join(k for k, v in self.machine.get("cpu_flags", {}).items() if v) or "none of note"
+        lines.append(
+            f"CPU: {self.machine.get('cpu', '?')} ({flags}); OpenVINO {self.machine.get('openvino')}"
+        )
+        lines.extend(self.summary(c) for c in self.components)
+        if self.cached:
+            lines.append(f"(read from the cache; measuring took {self.choosing_s:.1f} s)")
+        else:
+            lines.append(f"(measuring took {self.choosing_s:.1f} s)")
+        return "\n".join(lines)
+
+    __str__ = table
+
+    def to_json(self) -> dict:
+        data = asdict(self)
+        del data["cached"]  # a property of this copy, not of the measurement
+        return {"schema": SCHEMA, **data}
+
+    @classmethod
+    def from_json(cls, data: dict) -> PrecisionChoice:
+        if data.get("schema") != SCHEMA:
+            raise ValueError(f"precision choice schema {data.get('schema')!r}, expected {SCHEMA}.")
+        components = {
+            name: ComponentChoice(
+                shapes=c["shapes"],
+                measurements={p: Measurement(**m) for p, m in c["measurements"].items()},
+                chosen=c["chosen"],
+            )
+            for name, c in data["components"].items()
+        }
+        return cls(
+            key=data["key"],
+            machine=data["machine"],
+            offered=list(data["offered"]),
+            components=components,
+            choosing_s=data.get("choosing_s", 0.0),
+        )
+
+
+# ----------------------------------------------------------------------------------------------
+# The cache: one file per export folder, one entry per key
+# ----------------------------------------------------------------------------------------------
+
+
+def _cached_entries(path: Path) -> list[dict]:
+    """The entries of a cache file; none when it is missing or unreadable (then it is measured
+    again and rewritten)."""
+    try:
+        data = read_json(path)
+        entries = data["choices"] if data.get("schema") == SCHEMA else []
+        return [e for e in entries if isinstance(e, dict) and "key" in e]
+    except FileNotFoundError:
+        return []
+    except (ValueError, KeyError, TypeError, AttributeError) as error:
+        log.info("ignoring %s (%s): measuring again", path, error)
+        return []
+
+
+def cached_choice(path: str | os.PathLike, key: dict) -> PrecisionChoice | None:
+    """The choice stored in ``path`` under ``key``, or ``None``."""
+    for entry in _cached_entries(Path(path)):
+        if entry["key"] == key:
+            try:
+                choice = PrecisionChoice.from_json(entry)
+            except (ValueError, KeyError, TypeError) as error:
+                log.info("ignoring an entry of %s (%s)", path, error)
+                return None
+            choice.cached = True
+            return choice
+    return None
+
+
+def store_choice(path: str | os.PathLike, choice: PrecisionChoice, keep: int = 16) -> Path:
+    """Add ``choice`` to the cache file ``path`` (replacing an entry with the same key; the oldest
+    entries beyond ``keep`` are dropped), written atomically: a reader sees the old file or the new
+    one. One file holds several keys, so a static and a dynamic pipeline of one export, or two image
+    sizes, do not measure over each other's choice."""
+    path = Path(path)
+    entries = [e for e in _cached_entries(path) if e["key"] != choice.key]
+    replace_json(path, {"schema": SCHEMA, "choices": [*entries, choice.to_json()][-keep:]})
+    return path
+
+
+# ----------------------------------------------------------------------------------------------
+# Measuring
+# ----------------------------------------------------------------------------------------------
+
+
+def machine_key() -> dict:
+    """The CPU and the OpenVINO version: what a precision's speed depends on besides the model."""
+    import openvino as ov
+
+    return {"cpu": cpu_model(), "cpu_flags": cpu_features(), "openvino": ov.get_version()}
+
+
+def _ir_hash(xml: Path) -> str:
+    return hashlib.sha256(xml.read_bytes()).hexdigest()[:16]
+
+
+def component_inputs(model, shape: StaticShape, vae_scale_factor: int, max_length: int, seed: int = 0):
+    """Inputs for one call of an exported component at ``shape`` (as the pipeline makes them:
+    batch doubled under guidance for the text encoders and the UNet), from its input names."""
+    static = reshape_static(
+        model.clone(), **asdict(shape), vae_scale_factor=vae_scale_factor, max_length=max_length
+    )
+    rng = np.random.default_rng(seed)
+    inputs = {}
+    for port in static.inputs:
+        name, dims = port.get_any_name(), list(port.get_shape())
+        dtype = port.get_element_type().to_dtype()
+        if name == "input_ids":  # BOS, a few token ids, then EOS padding, as CLIPTokenizer pads
+            ids = np.full(dims, 49407, dtype=dtype)
+            ids[:, 0] = 49406
+            ids[:, 1:8] = rng.integers(300, 40000, (dims[0], 7))
+            inputs[name] = ids
+        elif name == "timestep":
+            inputs[name] = np.full(dims, 500, dtype=dtype)
+        elif name == "time_ids":
+            row = [shape.height, shape.width, 0, 0, shape.height, shape.width]
+            inputs[name] = np.tile(np.array(row, dtype=dtype), (dims[0], 1))
+        else:
+            inputs[name] = rng.standard_normal(dims).astype(dtype)
+    return inputs
+
+
+def runtime_precisions(compiled) -> dict[str, int]:
+    """Output precision -> count, over the heavy layers (:data:`HEAVY_LAYERS`) of the runtime
+    model: the precision the convolutions and matrix products computed in. (Their
+    ``runtimePrecision`` is not used: for weights stored fp16 it names the f16 of the weights that
+    the plugin decompresses on the fly, even where the arithmetic is f32.)"""
+    counts: dict[str, int] = {}
+    for op in compiled.get_runtime_model().get_ordered_ops():
+        info = op.get_rt_info()
+        if "layerType" not in info or info["layerType"].astype(str) not in HEAVY_LAYERS:
+            continue
+        precision = info["outputPrecisions"].astype(str) if "outputPrecisions" in info else "?"
+        counts[precision] = counts.get(precision, 0) + 1
+    return counts
+
+
+def measure(
+    compile_model: Callable[[str], object],
+    inputs: dict,
+    precision: str,
+    iters: int,
+    warmup: int,
+    timer: Callable[[], float] = time.perf_counter,
+) -> Measurement:
+    """Compile with ``compile_model(precision)``, run ``warmup`` calls, time ``iters``."""
+    tick = timer()
+    compiled = compile_model(precision)
+    compile_s = timer() - tick
+    request = compiled.create_infer_request()
+    for _ in range(warmup):
+        request.infer(inputs)
+    times, cpu_times = [], []
+    for _ in range(iters):
+        tick, cpu = timer(), time.process_time()
+        request.infer(inputs)
+        times.append(timer() - tick)
+        cpu_times.append(time.process_time() - cpu)
+    return Measurement(
+        requested=precision,
+        reported=precision_name(compiled.get_property("INFERENCE_PRECISION_HINT")),
+        runtime=runtime_precisions(compiled),
+        times=times,
+        compile_s=compile_s,
+        cpu_times=cpu_times,
+    )
+
+
+def choice_key(
+    folder: Path,
+    shape: StaticShape,
+    static: bool,
+    device: str,
+    ov_config: dict,
+    candidates: tuple[str, ...],
+    offered: tuple[str, ...],
+    components: tuple[str, ...],
+) -> dict:
+    """Everything the measured speeds depend on, as JSON-able values."""
+    return {
+        **machine_key(),
+        "device": device,
+        "offered": list(offered),
+        "candidates": list(candidates),
+        "ov_config": {k: str(v) for k, v in sorted(ov_config.items()) if k != "INFERENCE_PRECISION_HINT"},
+        "shape": asdict(shape),
+        "static": static,
+        "models": {c: _ir_hash(folder / c / MODEL_XML) for c in components},
+    }
+
+
+def choose_precision(
+    folder: str | os.PathLike,
+    *,
+    height: int | None = None,
+    width: int | None = None,
+    batch: int = 1,
+    guidance: bool = True,
+    static: bool = False,
+    device: str = "CPU",
+    ov_config: dict | None = None,
+    candidates: Iterable[str] | None = None,
+    components: Iterable[str] | None = None,
+    iters: int = 3,
+    warmup: int = 1,
+    cache: bool = True,
+    core=None,
+    timer: Callable[[], float] = time.perf_counter,
+) -> PrecisionChoice:
+    """Time each component of the export ``folder`` in each candidate precision; pick the fastest.
+
+    Args:
+      folder: an export folder (:func:`sdaccel.cpu.export.export_pipeline`).
+      height, width: the image size (default: the export's default size); ``batch`` images per
+        call, ``guidance`` doubling the batch of the text encoders and the UNet, as in a guided call.
+      static: compile the models reshaped to that one shape (as ``OVPipeline(static=...)`` does);
+        otherwise compile them with dynamic shapes and time them at that shape.
+      device, ov_config: as given to ``OVPipeline.from_pretrained``.
+      candidates: the precisions to time (default: :func:`offered_precisions`).
+      components: default :func:`pipeline_components`.
+      iters, warmup: timed and untimed calls per candidate; the median of ``iters`` decides.
+      cache: read ``precision_choice.json`` when its key matches, and write it after measuring.
+      timer: the clock (a test can inject one).
+    """
+    import openvino as ov
+
+    folder = Path(folder)
+    if not (folder / "model_index.json").is_file():
+        raise CheckpointError(
+            f"No OpenVINO export at {folder} (missing model_index.json). Export a diffusers "
+            "checkpoint first with sdaccel.cpu.export.export_pipeline(src, folder)."
+        )
+    if iters < 1 or warmup < 0:
+        raise ValueError(f"iters must be >= 1 and warmup >= 0, got iters={iters}, warmup={warmup}.")
+    core = core or ov.Core()
+    ov_config = dict(ov_config or {})
+    components = tuple(components or pipeline_components(folder))
+    missing = [c for c in components if not (folder / c / MODEL_XML).is_file()]
+    if missing:
+        raise CheckpointError(f"{folder} has no {MODEL_XML} for {missing}: export them first.")
+    offered = offered_precisions(core, device)
+    candidates = check_candidates(candidates if candidates is not None else offered)
+    defaults = read_defaults(folder)
+    shape = StaticShape(batch, height or defaults.height, width or defaults.width, guidance)
+    key = choice_key(folder, shape, static, device, ov_config, candidates, offered, components)
+    path = folder / CHOICE_FILE
+    if cache and (previous := cached_choice(path, key)) is not None:
+        return previous
+
+    start = time.perf_counter()
+    factor = vae_scale_factor_of(folder)
+    max_length = read_config(folder, "text_encoder").get("max_position_embeddings", 77)
+    chosen = {}
+    for component in components:
+        if len(candidates) == 1:  # nothing to choose between: no need to read or time anything
+            chosen[component] = ComponentChoice({}, {}, candidates[0])
+            continue
+        model = core.read_model(folder / component / MODEL_XML)
+        inputs = component_inputs(model, shape, factor, max_length)
+        if static:
+            model = reshape_static(model, **asdict(shape), vae_scale_factor=factor, max_length=max_length)
+
+        def compile_model(precision, model=model):
+            return core.compile_model(model, device, ov_config | {"INFERENCE_PRECISION_HINT": precision})
+
+        shapes = {name: list(np.shape(value)) for name, value in inputs.items()}
+        measurements = {p: measure(compile_model, inputs, p, iters, warmup, timer) for p in candidates}
+        chosen[component] = ComponentChoice(shapes, measurements, decide(measurements))
+        del model
+    choice = PrecisionChoice(
+        key=key,
+        machine=machine_key(),
+        offered=list(offered),
+        components=chosen,
+        choosing_s=time.perf_counter() - start,
+    )
+    if cache:
+        try:
+            store_choice(path, choice)
+        except OSError as error:  # a read-only export still gets its choice, only not cached
+            log.warning("could not cache the precision choice in %s (%s)", path, error)
+    return choice

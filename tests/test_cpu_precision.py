@@ -1,0 +1,264 @@
+"""Precision by measurement (sdaccel.cpu.precision): the decision, the record, the cache, and
+``OVPipeline(precision="auto")`` on the trained tiny SD 1.5-layout checkpoint."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import statistics
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ov = pytest.importorskip("openvino")
+
+from sdaccel.cpu import precision as prec  # noqa: E402
+from sdaccel.cpu.export import export_pipeline, text_to_image_components  # noqa: E402
+from sdaccel.cpu.pipeline import OVPipeline  # noqa: E402
+from sdaccel.cpu.precision import (  # noqa: E402
+    CHOICE_FILE,
+    ComponentChoice,
+    Measurement,
+    PrecisionChoice,
+    choose_precision,
+    decide,
+)
+
+SD15 = Path(__file__).resolve().parents[1] / "checkpoints" / "tiny-shapes-sd15"
+PROMPTS = ["a red circle", "a blue square"]
+#: two candidates on every CPU: bf16 is timed even where the plugin runs it as f32
+BOTH = ("f32", "bf16")
+
+
+def _has(capability: str) -> bool:
+    return capability in ov.Core().get_property("CPU", "OPTIMIZATION_CAPABILITIES")
+
+
+@pytest.fixture(scope="module")
+def export(tmp_path_factory):
+    """The text-to-image export of tiny-shapes-sd15, in the session folder that test_deepcache.py
+    also exports it to (a run of both exports once)."""
+    if not (SD15 / "model_index.json").is_file():
+        pytest.skip(f"{SD15} is not there (trained by sdaccel.train_tiny)")
+    root = tmp_path_factory.getbasetemp() / "ov-exports"
+    return export_pipeline(SD15, root / SD15.name, components=text_to_image_components(SD15), progress=False)
+
+
+@pytest.fixture
+def folder(export, tmp_path):
+    """A private copy of the export (a few MB), so that cache files do not leak between tests."""
+    copy = shutil.copytree(export, tmp_path / "export")
+    (copy / CHOICE_FILE).unlink(missing_ok=True)
+    return copy
+
+
+@pytest.fixture(scope="module")
+def measured(export, tmp_path_factory):
+    """One measurement of every component in f32 and bf16 (not cached in the shared export)."""
+    return choose_precision(export, candidates=BOTH, iters=3, warmup=1, cache=False)
+
+
+def _m(precision, times, reported=None):
+    return Measurement(precision, reported or precision, {"f32": 1}, list(times), 0.1)
+
+
+# ----------------------------------------------------------------------------------------------
+# The decision and the record
+# ----------------------------------------------------------------------------------------------
+
+
+def test_decide_is_the_argmin_of_the_medians_the_plugin_honoured():
+    # medians: f32 2.0, bf16 1.5 -> bf16 (the outlier 9.0 does not count: the median decides)
+    assert decide({"f32": _m("f32", [3, 1, 2]), "bf16": _m("bf16", [1.5, 1.4, 9.0])}) == "bf16"
+    assert decide({"f32": _m("f32", [1.0, 1.1, 0.9]), "bf16": _m("bf16", [1.5, 1.4, 1.6])}) == "f32"
+    # bf16 asked, f32 ran (no BF16 on the CPU): faster by noise, but not a real alternative
+    assert decide({"f32": _m("f32", [1.0]), "bf16": _m("bf16", [0.9], reported="f32")}) == "f32"
+    assert decide({"f32": _m("f32", [2.0]), "bf16": _m("bf16", [1.0]), "f16": _m("f16", [0.5])}) == "f16"
+    assert decide({"bf16": _m("bf16", [1.0]), "f32": _m("f32", [1.0])}) == "f32"  # a tie: f32
+
+
+def test_summary_states_the_measured_ratio():
+    choice = PrecisionChoice(
+        key={"device": "CPU"},
+        machine={"cpu": "Some CPU", "cpu_flags": {"avx2": True, "amx_tile": False}, "openvino": "x"},
+        offered=["f32", "bf16"],
+        components={
+            "unet": ComponentChoice({}, {"f32": _m("f32", [1.0, 1.0]), "bf16": _m("bf16", [1.5])}, "f32"),
+            "vae_decoder": ComponentChoice({}, {"f32": _m("f32", [2.0]), "bf16": _m("bf16", [0.5])}, "bf16"),
+            "text_encoder": ComponentChoice(
+                {}, {"f32": _m("f32", [1.0]), "bf16": _m("bf16", [1.0], reported="f32")}, "f32"
+            ),
+        },
+    )
+    assert choice.chosen == {"unet": "f32", "vae_decoder": "bf16", "text_encoder": "f32"}
+    assert choice.summary("unet") == "f32 chosen for the UNet: 1.50x faster than bf16 on this CPU"
+    assert (
+        choice.summary("vae_decoder") == "bf16 chosen for the VAE decoder: 4.00x faster than f32 on this CPU"
+    )
+    assert choice.summary("text_encoder") == (
+        "f32 chosen for the text encoder: bf16 runs as f32 on this CPU (the plugin offers no BF16)"
+    )
+    table = choice.table()
+    assert "CPU: Some CPU (avx2)" in table and choice.summary("unet") in table
+    assert PrecisionChoice.from_json(json.loads(json.dumps(choice.to_json()))) == choice
+    single = PrecisionChoice({"device": "CPU"}, {}, ["f32"], {"unet": ComponentChoice({}, {}, "f32")})
+    assert single.summary("unet") == (
+        "f32 chosen for the UNet: the only precision the CPU plugin offers on this CPU "
+        "(no BF16 or FP16 in its OPTIMIZATION_CAPABILITIES; not timed)"
+    )
+    with pytest.raises(ValueError, match="schema"):
+        PrecisionChoice.from_json(choice.to_json() | {"schema": 0})
+
+
+def test_chooser_times_every_component_and_candidate(measured):
+    """Every component, both candidates, positive times; what the plugin reports; the real input
+    shapes of a guided 32x32 image (the export's default size; VAE factor 4, so 8x8 latents)."""
+    assert list(measured.components) == ["text_encoder", "unet", "vae_decoder"]
+    assert measured.offered == [
+        "f32",
+        *(["bf16"] if _has("BF16") else []),
+        *(["f16"] if _has("FP16") else []),
+    ]
+    for component, entry in measured.components.items():
+        assert list(entry.measurements) == list(BOTH), component
+        for p, m in entry.measurements.items():
+            assert len(m.times) == len(m.cpu_times) == 3 and m.compile_s > 0
+            assert all(t > 0 for t in m.times) and all(t >= 0 for t in m.cpu_times)
+            assert m.reported == ("bf16" if p == "bf16" and _has("BF16") else "f32")
+            assert sum(m.runtime.values()) > 0  # the heavy layers were found in the runtime model
+            if m.honoured:
+                assert set(m.runtime) == {p}, (component, m.runtime)  # they computed in that precision
+        honoured = {p: statistics.median(m.times) for p, m in entry.measurements.items() if m.honoured}
+        assert entry.chosen == min(honoured, key=honoured.get) == decide(entry.measurements)
+    shapes = {c: e.shapes for c, e in measured.components.items()}
+    assert shapes["text_encoder"] == {"input_ids": [2, 77]}
+    assert shapes["unet"] == {"sample": [2, 4, 8, 8], "timestep": [1], "encoder_hidden_states": [2, 77, 32]}
+    assert shapes["vae_decoder"] == {"latent_sample": [1, 4, 8, 8]}
+    assert measured.machine["cpu_flags"] == prec.cpu_features() and measured.choosing_s > 0
+
+
+def test_injected_timer_decides(folder):
+    """A clock that makes every bf16 call 2 s and every f32 call 1 s (the compiled model's
+    precision tells which is running): f32 is chosen everywhere, with those medians recorded."""
+    state = {"now": 0.0, "step": 1.0}
+
+    class Clock:
+        def __call__(self):
+            state["now"] += state["step"]  # so each call lasts one step: end - start
+            return state["now"]
+
+    real_measure = prec.measure
+
+    def measure(compile_model, inputs, precision, iters, warmup, timer):
+        state["step"] = 2.0 if precision == "bf16" else 1.0
+        return real_measure(compile_model, inputs, precision, iters, warmup, timer)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(prec, "measure", measure)
+        choice = choose_precision(folder, candidates=BOTH, iters=3, warmup=0, cache=False, timer=Clock())
+    for entry in choice.components.values():
+        assert [m.median_s for m in entry.measurements.values()] == [1.0, 2.0]
+        assert entry.chosen == "f32"
+
+
+# ----------------------------------------------------------------------------------------------
+# The cache
+# ----------------------------------------------------------------------------------------------
+
+
+def test_cache_is_reused_when_the_key_matches_and_remeasured_when_the_cpu_differs(folder, monkeypatch):
+    first = choose_precision(folder, candidates=BOTH, iters=1, warmup=0)
+    path = folder / CHOICE_FILE
+    assert not first.cached and path.is_file()
+    assert not [p for p in folder.iterdir() if p.name.endswith(".tmp")]  # written atomically
+    again = choose_precision(folder, candidates=BOTH, iters=1, warmup=0)
+    assert again.cached and again == first  # the same recorded times: nothing was measured
+    other_size = choose_precision(folder, candidates=BOTH, iters=1, warmup=0, height=64, width=64)
+    assert not other_size.cached and other_size.components["unet"].shapes["sample"] == [2, 4, 16, 16]
+
+    real = prec.machine_key
+    monkeypatch.setattr(prec, "machine_key", lambda: real() | {"cpu": "Another CPU"})
+    elsewhere = choose_precision(folder, height=64, width=64, candidates=BOTH, iters=1, warmup=0)
+    assert not elsewhere.cached and elsewhere.key["cpu"] == "Another CPU"
+    assert (
+        elsewhere.components["unet"].measurements["f32"].times
+        != other_size.components["unet"].measurements["f32"].times
+    )
+    keys = [entry["key"] for entry in json.loads(path.read_text())["choices"]]
+    assert keys == [first.key, other_size.key, elsewhere.key]  # one entry per key, none lost
+    monkeypatch.undo()  # back on this CPU
+    assert choose_precision(folder, candidates=BOTH, iters=1, warmup=0).cached  # the first is still there
+
+    path.write_text("{not json")  # a broken cache file is measured over, not trusted
+    with pytest.raises(json.JSONDecodeError):
+        json.loads(path.read_text())
+    assert not choose_precision(folder, candidates=BOTH, iters=1, warmup=0, height=64, width=64).cached
+
+
+def test_bad_arguments_are_refused_before_measuring(folder, tmp_path):
+    with pytest.raises(ValueError, match="candidates"):
+        choose_precision(folder, candidates=["int8"])
+    with pytest.raises(ValueError, match="iters"):
+        choose_precision(folder, iters=0)
+    with pytest.raises(prec.CheckpointError, match="No OpenVINO export"):
+        choose_precision(tmp_path / "nowhere")
+    assert not (folder / CHOICE_FILE).exists()
+
+
+# ----------------------------------------------------------------------------------------------
+# The pipeline
+# ----------------------------------------------------------------------------------------------
+
+
+def test_auto_is_the_default_and_compiles_each_component_in_its_choice(folder):
+    pipe = OVPipeline.from_pretrained(folder)
+    choice = pipe.precision_choice
+    assert choice is not None and set(choice.chosen) == {"text_encoder", "unet", "vae_decoder"}
+    assert pipe.precisions == choice.chosen  # every choice is honoured by construction
+    assert all(pipe.compile_config_for(c)["INFERENCE_PRECISION_HINT"] == p for c, p in choice.chosen.items())
+    assert (folder / CHOICE_FILE).is_file()
+    assert OVPipeline.from_pretrained(folder).precision_choice.cached  # the next load reads it
+
+
+def test_auto_with_a_mixed_choice_equals_the_same_precisions_set_explicitly(folder, monkeypatch):
+    """Whatever the measurement picks, the pipeline compiles each component with it, and gives
+    the images of the same per-component precisions set by hand. A mixed choice is forced (the
+    CPU may offer only f32), through the cache file the chooser reads."""
+    measured = choose_precision(folder, candidates=BOTH, iters=1, warmup=0)
+    mixed = {"text_encoder": "bf16", "unet": "f32", "vae_decoder": "bf16"}
+    for name, p in mixed.items():
+        measured.components[name].chosen = p
+    offered = prec.offered_precisions(ov.Core())
+    monkeypatch.setattr(prec, "offered_precisions", lambda core, device="CPU": BOTH)
+    size = prec.read_defaults(folder)
+    shape = prec.StaticShape(1, size.height, size.width, True)
+    measured.key = prec.choice_key(folder, shape, False, "CPU", {}, BOTH, BOTH, tuple(mixed))
+    prec.store_choice(folder / CHOICE_FILE, measured)
+    auto = OVPipeline.from_pretrained(folder, precision="auto")
+    assert auto.precision_choice.cached and auto.precision_choice.chosen == mixed
+    runs = {c: (p if p in offered else "f32") for c, p in mixed.items()}
+    assert auto.precisions == runs
+    explicit = OVPipeline.from_pretrained(folder, precision=mixed)
+    assert explicit.precisions == runs and explicit.precision_choice is None
+    a = auto(PROMPTS, steps=4, seed=3).array
+    b = explicit(PROMPTS, steps=4, seed=3).array
+    assert a.std() > 0.05  # real pictures, not a flat field
+    np.testing.assert_array_equal(a, b)
+
+
+def test_other_precisions_still_work_and_bad_ones_fail_before_compiling(folder):
+    class NoCompile:
+        def __getattr__(self, name):
+            raise AssertionError(f"core.{name} used before the precision was checked")
+
+    for bad in ("int8", "BF16", "", {"unet": "int8"}, {"unet": "auto"}, {}, ["f32"]):
+        with pytest.raises(ValueError, match="precision must be one of"):
+            OVPipeline.from_pretrained(folder, precision=bad, core=NoCompile())
+    with pytest.raises(ValueError, match="does not run"):
+        OVPipeline.from_pretrained(folder, precision={"text_encoder_2": "f32"}, core=NoCompile())
+    f32 = OVPipeline.from_pretrained(folder, precision="f32")
+    assert set(f32.precisions.values()) == {"f32"} and f32.precision_choice is None
+    plugin = OVPipeline.from_pretrained(folder, precision=None)
+    assert plugin.precision == ("bf16" if _has("BF16") else "f32")
+    assert not (folder / CHOICE_FILE).exists()  # only "auto" measures
