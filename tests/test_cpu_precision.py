@@ -262,3 +262,22 @@ def test_other_precisions_still_work_and_bad_ones_fail_before_compiling(folder):
     plugin = OVPipeline.from_pretrained(folder, precision=None)
     assert plugin.precision == ("bf16" if _has("BF16") else "f32")
     assert not (folder / CHOICE_FILE).exists()  # only "auto" measures
+
+
+def test_genai_takes_the_same_default_and_the_unets_choice(folder, monkeypatch):
+    """GenAI takes one set of properties for every model: with "auto" (its default too, as the
+    contract wants) it gets the UNet's choice, from the measurement OVPipeline caches."""
+    from sdaccel.cpu.genai import GenAIPipeline
+
+    with pytest.raises(ValueError, match="precision must be 'auto'"):
+        GenAIPipeline(folder / "no-such-export", precision="int8")  # refused before the folder is read
+    ours = OVPipeline.from_pretrained(folder)
+    genai = GenAIPipeline(folder)
+    assert genai.precision_choice.cached  # the same measurement, read back
+    assert genai.precision == ours.precision_choice.chosen["unet"]
+    monkeypatch.setattr(prec, "offered_precisions", lambda core, device="CPU": BOTH)
+    forced = choose_precision(folder, candidates=BOTH, iters=1, warmup=0)
+    forced.components["unet"].chosen = "bf16"
+    prec.store_choice(folder / CHOICE_FILE, forced)
+    assert GenAIPipeline(folder).precision == "bf16"
+    assert GenAIPipeline(folder, precision=None).precision is None

@@ -291,4 +291,5 @@ def test_a_plain_kernel_picks_up_the_smoke_profile(tmp_path, monkeypatch):
     # the tiny-shapes SDXL text encoders have width 32; the real SDXL's concatenated width is 2048
     assert results["text_embedding_shape"] == [1, 77, 32]
     assert results["device_count"] == 8 and results["backend"] == "cpu"
-    assert noisy_outputs(json.loads(nbformat.writes(nb))) == []
+    # Jupyter keeps the progress bars' widget state (the runner drops it from the executed copies)
+    assert noisy_outputs(drop_widget_state(json.loads(nbformat.writes(nb)))) == []

@@ -302,6 +302,24 @@ def test_predict_builds_the_notebooks_case_and_checks_first(monkeypatch):
     assert case.vae_images_per_chip == 1 and case.guidance
 
 
+def test_a_plan_is_kept_and_read_back_never_stale(monkeypatch, tmp_path):
+    calls = []
+
+    def fake(case, source):
+        calls.append(case)
+        return {"batch": case.batch, "compile_s": 1.0}, None
+
+    monkeypatch.setattr(tpu_plan, "compile_case", fake)
+    first = tpu_plan.predict("tiny", "v5e-1", batch=2, steps=3, cache_dir=tmp_path)
+    again = tpu_plan.predict("tiny", "v5e-1", batch=2, steps=3, cache_dir=tmp_path)
+    assert len(calls) == 1 and "cached" not in first and again == {**first, "cached": True}
+    tpu_plan.predict("tiny", "v5e-1", batch=2, steps=4, cache_dir=tmp_path)  # another program
+    assert len(calls) == 2 and len(list(tmp_path.glob("v5e-1-b2-*.json"))) == 2
+    monkeypatch.setattr(tpu_plan, "environment", lambda: {"libtpu": "another"})  # another compiler
+    tpu_plan.predict("tiny", "v5e-1", batch=2, steps=3, cache_dir=tmp_path)
+    assert len(calls) == 3 and not list(tmp_path.glob("*.partial"))
+
+
 def test_config_source_of_a_local_checkpoint(tmp_path):
     assert tpu_plan.config_source(tmp_path) == str(tmp_path)
     assert tpu_plan.config_source("stabilityai/stable-diffusion-xl-base-1.0") == "sdxl-base-1.0"

@@ -556,13 +556,15 @@ PUBLISHED_UTILISATION = 0.61
 
 
 def config_source(model: str | os.PathLike) -> str:
-    """What :func:`read_configs` plans for a notebook's ``MODEL_ID``: a local diffusers folder as it
-    is, a reference config for the hub ids in :data:`REFERENCE_IDS`, else the hub repository's
-    JSON configs alone (kilobytes; no weights)."""
+    """What :func:`read_configs` plans for a notebook's ``MODEL_ID``: a local diffusers folder or a
+    reference config name as it is, a reference config for the hub ids in :data:`REFERENCE_IDS`,
+    else the hub repository's JSON configs alone (kilobytes; no weights)."""
     if Path(model).is_dir():
         return str(model)
     if str(model) in REFERENCE_IDS:
         return REFERENCE_IDS[str(model)]
+    if str(model) == "tiny" or (resources.files("sdaccel") / "reference_configs" / str(model)).is_dir():
+        return str(model)  # a reference config name (or --config tiny's)
     from huggingface_hub import snapshot_download
 
     return snapshot_download(
@@ -582,11 +584,14 @@ def predict(
     attention: str = "splash",
     mesh: str = "auto",
     vae_images_per_chip: int | None = 1,
+    cache_dir: str | os.PathLike | None = None,
 ) -> dict:
     """The plan's row for ``model``'s denoise-and-decode program with ``batch`` images per chip,
     compiled for the compile-only devices of ``topology`` (no TPU needed; it needs libtpu, and
     raises :class:`sdaccel.tpu_compile.CompilerMissing` naming the install without it). The
-    defaults are the pipelines' own on a TPU: splash attention, one image per VAE decode step."""
+    defaults are the pipelines' own on a TPU: splash attention, one image per VAE decode step.
+    With ``cache_dir``, a plan is kept there (:func:`plan_key`) and read back, with ``"cached"``
+    set, instead of compiled again."""
     if batch < 1 or steps < 1:
         raise ValueError(f"batch and steps must be positive, got batch={batch}, steps={steps}.")
     tpu_compile.topology(topology)  # raises with the choices
@@ -594,8 +599,46 @@ def predict(
     case = Case(
         topology, mesh, attention, batch, height, width, steps, dtype, guidance, vae_images_per_chip=vae
     )
-    row, _ = compile_case(case, config_source(model))
+    source = config_source(model)
+    path = None if cache_dir is None else Path(cache_dir) / f"{plan_key(case, source)}.json"
+    if path is not None and path.is_file():
+        return {**json.loads(path.read_text()), "cached": True}
+    row, _ = compile_case(case, source)
+    if path is not None:
+        write_atomic(path, json.dumps(row, default=str))
     return row
+
+
+#: The code a compiled plan depends on, beside the configs, the case and the compiler versions.
+_PLAN_CODE = (
+    "tpu_plan.py",
+    "tpu_compile.py",
+    "pipeline.py",
+    "sharding.py",
+    "schedulers.py",
+    "text.py",
+    "models",
+)
+
+
+def plan_key(case: Case, source: str | os.PathLike) -> str:
+    """A name for the plan of ``case`` on ``source``: a hash of the case, the model configs, the
+    JAX and libtpu versions and this package's model and pipeline code. Another of any of them
+    is another key, so a cached plan is never stale."""
+    import hashlib
+
+    package = Path(__file__).parent
+    files = sorted(
+        f
+        for name in _PLAN_CODE
+        for f in ([package / name] if name.endswith(".py") else (package / name).rglob("*.py"))
+    )
+    digest = hashlib.sha256()
+    for part in (dataclasses.asdict(case), read_configs(source), environment()):
+        digest.update(json.dumps(part, sort_keys=True, default=str).encode())
+    for f in files:
+        digest.update(f.read_bytes())
+    return f"{case.topology}-b{case.batch}-{digest.hexdigest()[:20]}"
 
 
 def measurement(
@@ -691,7 +734,8 @@ def beside(row: dict, measured: dict | None = None) -> str:
         ("collectives; Pallas kernel calls", f"{coll}; {row['pallas_calls']}", ""),
         (
             "compile time",
-            f"{row['compile_s']:.1f} s (for {topo}, on the CPU here)",
+            f"{row['compile_s']:.1f} s (for {topo}, on the CPU here"
+            + ("; read back from the plan cache)" if row.get("cached") else ")"),
             _seconds(measured_compile) if measured_compile is not None else "",
         ),
     ]

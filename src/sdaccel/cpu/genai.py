@@ -30,6 +30,7 @@ import numpy as np
 from sdaccel.checkpoint import CheckpointError
 from sdaccel.contract import GenerationResult, check_inputs, make_timings
 from sdaccel.cpu.export import StaticShape, read_defaults
+from sdaccel.cpu.precision import CANDIDATES, choose_precision
 
 
 class GenAIPipeline:
@@ -38,8 +39,12 @@ class GenAIPipeline:
 
     Args:
       folder: an export folder (SD 1.x/2.x or SDXL).
-      precision: ``"f32"``, ``"bf16"`` or ``None`` (OpenVINO's default), passed to every model as
-        ``INFERENCE_PRECISION_HINT``.
+      precision: ``"auto"`` (the default, as in ``OVPipeline``: the precision measured fastest
+        for the UNet on this CPU, :func:`sdaccel.cpu.precision.choose_precision`, from the same
+        cached measurement), ``"f32"``, ``"bf16"``, ``"f16"`` or ``None`` (OpenVINO's default).
+        GenAI takes one set of properties for the whole pipeline, so one
+        ``INFERENCE_PRECISION_HINT`` goes to every model: with ``"auto"``, the UNet's choice (nearly
+        all the time is the UNet's). ``self.precision`` says which hint was given.
       static: ``None`` or a ``StaticShape`` / ``(1, height, width)``: GenAI's own
         ``reshape(1, height, width, guidance_scale)`` before compiling (one image per call, as
         this wrapper generates them).
@@ -49,28 +54,42 @@ class GenAIPipeline:
         self,
         folder: str | os.PathLike,
         device: str = "CPU",
-        precision: str | None = None,
+        precision: str | None = "auto",
         static=None,
         ov_config: dict | None = None,
     ):
         import openvino_genai
 
         self.folder = Path(folder)
+        if precision is not None and precision != "auto" and precision not in CANDIDATES:
+            raise ValueError(f"precision must be 'auto', one of {CANDIDATES} or None, got {precision!r}.")
         if not (self.folder / "model_index.json").is_file():
             raise CheckpointError(f"No OpenVINO export at {self.folder} (missing model_index.json).")
         self.defaults = read_defaults(self.folder)
         properties = dict(ov_config or {})
+        self.static = StaticShape.coerce(static)
+        if self.static is not None and self.static.batch != 1:
+            raise ValueError(
+                f"GenAIPipeline generates one image per GenAI call: static batch must be 1, got "
+                f"{self.static.batch}. Use static=(1, height, width)."
+            )
+        self.precision_choice = None
+        if precision == "auto":
+            shape = self.static or StaticShape(1, self.defaults.height, self.defaults.width, True)
+            self.precision_choice = choose_precision(
+                self.folder,
+                **dataclasses.asdict(shape),
+                static=self.static is not None,
+                device=device,
+                ov_config=ov_config,
+            )  # all components, as OVPipeline measures them: one cached measurement serves both
+            precision = self.precision_choice.chosen["unet"]
+        self.precision = precision
         if precision is not None:
             properties["INFERENCE_PRECISION_HINT"] = precision
-        self.static = StaticShape.coerce(static)
         if self.static is None:
             self.pipe = openvino_genai.Text2ImagePipeline(self.folder, device, **properties)
         else:
-            if self.static.batch != 1:
-                raise ValueError(
-                    f"GenAIPipeline generates one image per GenAI call: static batch must be 1, got "
-                    f"{self.static.batch}. Use static=(1, height, width)."
-                )
             self.defaults = dataclasses.replace(
                 self.defaults, height=self.static.height, width=self.static.width
             )
