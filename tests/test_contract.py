@@ -129,3 +129,34 @@ def test_to_pil_and_image_grid():
     np.testing.assert_array_equal(np.asarray(grid)[4:, 6:], 255)  # the empty cell stays white
     result = contract.GenerationResult(images, array, {})
     assert len(result) == 3 and result.latents is None
+
+
+def test_scheduler_names_are_one_table():
+    """Every front-end resolves ``scheduler=`` through the same table: a short name (any case) or a
+    class name the front-end runs; anything else is refused naming the choices."""
+    known = {"EulerDiscreteScheduler", "LCMScheduler"}
+    assert contract.scheduler_class_name("lcm", known) == "LCMScheduler"
+    assert contract.scheduler_class_name("EULER", known) == "EulerDiscreteScheduler"
+    assert contract.scheduler_class_name("LCMScheduler", known) == "LCMScheduler"
+    with pytest.raises(
+        ValueError, match=r"Unknown scheduler kind 'euler_a'; choose 'euler', 'lcm' or one of"
+    ):
+        contract.scheduler_class_name("euler_a", known)  # a short name of a class this front-end lacks
+    with pytest.raises(ValueError, match="must be a string"):
+        contract.scheduler_class_name(3, known)
+    assert set(contract.SCHEDULER_NAMES.values()) == {
+        "EulerDiscreteScheduler",
+        "DDIMScheduler",
+        "EulerAncestralDiscreteScheduler",
+        "LCMScheduler",
+    }
+
+
+def test_every_front_end_runs_every_short_scheduler_name():
+    jax_track = pytest.importorskip("sdaccel.schedulers")
+    assert set(contract.SCHEDULER_NAMES.values()) <= set(jax_track.SCHEDULERS)
+    pytest.importorskip("openvino_genai")
+    from sdaccel.cpu.genai import GENAI_SCHEDULERS
+    from sdaccel.cpu.pipeline import diffusers_schedulers
+
+    assert set(contract.SCHEDULER_NAMES.values()) <= set(GENAI_SCHEDULERS) <= diffusers_schedulers()

@@ -20,7 +20,13 @@ from flax import nnx
 from safetensors.torch import load_file, save_file
 
 from sdaccel.checkpoint import CheckpointError, count_params
-from sdaccel.models.unet import UNetConfig, abstract_unet, load_unet, upsample_nearest
+from sdaccel.models.unet import (
+    UNetConfig,
+    abstract_unet,
+    guidance_scale_embedding,
+    load_unet,
+    upsample_nearest,
+)
 
 POOLED_DIM = 16
 
@@ -230,13 +236,91 @@ def test_wrong_shape_raises_checkpoint_error(sdxl_like, tmp_path):
         ("class_embed_type", "timestep"),
         ("resnet_time_scale_shift", "scale_shift"),
         ("addition_embed_type", "text"),
-        ("time_cond_proj_dim", 256),
+        ("time_embedding_type", "fourier"),
         ("down_block_types", ("AttnDownBlock2D", "CrossAttnDownBlock2D")),
     ],
 )
 def test_unsupported_config_names_the_key(key, value):
     with pytest.raises(NotImplementedError, match=key):
         UNetConfig.from_dict({**SDXL_LIKE, key: value})
+
+
+# A latent-consistency (LCM) UNet: SDXL_LIKE plus the guidance-scale projection of the timestep
+# embedding; an odd embedding size exercises the zero padding of the guidance embedding.
+LCM_LIKE = dict(SDXL_LIKE, time_cond_proj_dim=11)
+
+
+@pytest.mark.parametrize("dim", [11, 256])
+def test_guidance_scale_embedding_matches_diffusers(dim):
+    from diffusers import LatentConsistencyModelPipeline
+
+    w = torch.tensor([0.0, 1.0, 7.5, 3.25]) - 1
+    expected = LatentConsistencyModelPipeline.get_guidance_scale_embedding(None, w, embedding_dim=dim).numpy()
+    ours = np.asarray(guidance_scale_embedding(jnp.asarray(w.numpy()), dim))
+    assert ours.shape == expected.shape == (4, dim)
+    # sin/cos of angles up to 6500 rad in float32, whose spacing there is 4.9e-4 rad: one rounding
+    # step of a frequency or of exp() moves a value by that much, so 1e-3 (a wrong frequency, order
+    # or offset moves values by O(1))
+    np.testing.assert_allclose(ours, expected, rtol=0, atol=1e-3)
+    half = dim // 2  # w = 0 (guidance scale 1): every angle is 0
+    np.testing.assert_array_equal(ours[1], np.r_[np.zeros(half), np.ones(half), np.zeros(dim % 2)])
+
+
+def test_lcm_unet_matches_diffusers(tmp_path):
+    """``time_cond_proj_dim``: ``time_embedding.cond_proj`` (no bias) is loaded, and the projected
+    guidance embedding is added to the timestep embedding as in diffusers."""
+    torch_model = save_torch_unet(LCM_LIKE, tmp_path, seed=3)
+    names = dict(torch_model.named_parameters())
+    assert "time_embedding.cond_proj.weight" in names and "time_embedding.cond_proj.bias" not in names
+    sample, context, text_embeds, time_ids = sdxl_inputs(seed=4)
+    from diffusers import LatentConsistencyModelPipeline
+
+    w = torch.tensor([8.0, 2.0]) - 1  # guidance scales of the two images, minus one
+    cond = LatentConsistencyModelPipeline.get_guidance_scale_embedding(None, w, embedding_dim=11)
+    with torch.no_grad():
+        expected = torch_model(
+            sample,
+            499,
+            context,
+            timestep_cond=cond,
+            added_cond_kwargs=dict(text_embeds=text_embeds, time_ids=time_ids),
+        ).sample.numpy()
+    expected = expected.transpose(0, 2, 3, 1)
+
+    model = load_unet(tmp_path, progress=False)
+    kernel = model.time_embedding.cond_proj.kernel.get_value()
+    np.testing.assert_array_equal(
+        np.asarray(kernel), names["time_embedding.cond_proj.weight"].detach().numpy().T
+    )
+    args = (
+        nhwc(sample),
+        jnp.asarray(499),
+        jnp.asarray(context.numpy()),
+        text_embeds.numpy(),
+        time_ids.numpy(),
+    )
+    out = jax.jit(lambda m, c: m(*args, timestep_cond=c))(
+        model, guidance_scale_embedding(jnp.asarray(w.numpy()), 11)
+    )
+    np.testing.assert_allclose(np.asarray(out), expected, rtol=0, atol=1e-4)
+    # the guidance embedding changes the prediction (by far more than the tolerance)
+    without = model(*args)
+    assert np.abs(np.asarray(without) - expected).max() > 1e-2
+
+
+def test_timestep_cond_needs_time_cond_proj_dim(sdxl_like):
+    _, folder = sdxl_like
+    model = load_unet(folder, progress=False)
+    sample, context, text_embeds, time_ids = sdxl_inputs()
+    with pytest.raises(ValueError, match="no time_cond_proj_dim"):
+        model(
+            nhwc(sample),
+            1,
+            jnp.asarray(context.numpy()),
+            text_embeds.numpy(),
+            time_ids.numpy(),
+            jnp.zeros((2, 8)),
+        )
 
 
 def reference_config(name: str) -> dict:

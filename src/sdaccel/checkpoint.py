@@ -11,7 +11,7 @@ A diffusers checkpoint is a folder (or a hub repo with the same layout)::
     unet/{config.json, diffusion_pytorch_model.safetensors}
     vae/{config.json, diffusion_pytorch_model.safetensors}
 
-This module does three things, and the same code serves a real hub checkpoint and the tiny
+This module does four things, and the same code serves a real hub checkpoint and the tiny
 ones that the tests build:
 
 1. ``resolve_checkpoint`` turns a local folder or a hub id into a local folder, downloading only
@@ -24,6 +24,8 @@ ones that the tests build:
    attributes exactly as diffusers/transformers do (``down_blocks.0.resnets.1.conv1``), so the
    PyTorch key of every parameter is its NNX path with the leaf renamed, and the only layout work
    is a transpose: conv kernels OIHW -> HWIO and linear weights (out, in) -> (in, out).
+4. ``resolve_tiny_vae`` turns the pipelines' ``vae`` argument (``"tiny"``, a folder or a hub id)
+   into the folder of a tiny autoencoder (TAESD) whose latents are the checkpoint's.
 """
 
 from __future__ import annotations
@@ -448,3 +450,105 @@ def count_params(model) -> tuple[int, int]:
     n = sum(int(np.prod(x.shape)) for x in leaves)
     nbytes = sum(int(np.prod(x.shape)) * np.dtype(x.dtype).itemsize for x in leaves)
     return n, nbytes
+
+
+# ----------------------------------------------------------------------------------------------
+# 4. The tiny autoencoder (TAESD) to decode with: the pipelines' vae=None, "tiny" or a folder
+# ----------------------------------------------------------------------------------------------
+
+#: The published tiny autoencoder for each pipeline class (SD 1.x and 2.x share one latent space).
+TINY_VAE_IDS = {
+    "StableDiffusionPipeline": "madebyollin/taesd",
+    "StableDiffusionXLPipeline": "madebyollin/taesdxl",
+}
+#: The two files of a tiny autoencoder repository (they sit at its top, not in a ``vae/`` folder).
+TINY_VAE_FILES = ["config.json", "diffusion_pytorch_model.safetensors"]
+
+
+def tiny_vae_folder(path: str | os.PathLike) -> Path | None:
+    """``path`` if it holds an AutoencoderTiny's ``config.json``, ``path/vae`` if that does, else None."""
+    for candidate in (Path(path), Path(path) / "vae"):
+        config = candidate / "config.json"
+        if config.is_file() and read_json(config).get("_class_name") == "AutoencoderTiny":
+            return candidate
+    return None
+
+
+def download_tiny_vae(repo_id: str) -> Path:
+    """The local folder of a tiny autoencoder on the hub (from the cache when it is there)."""
+    from huggingface_hub import snapshot_download
+
+    try:
+        return Path(snapshot_download(repo_id, allow_patterns=TINY_VAE_FILES))
+    except Exception as err:  # the hub client raises many types; all mean "could not get it"
+        raise CheckpointError(
+            f"Could not download the tiny autoencoder {repo_id!r} from the Hugging Face hub "
+            f"({type(err).__name__}: {err}). Without network access, pass vae= a local folder that "
+            "holds an AutoencoderTiny (config.json + diffusion_pytorch_model.safetensors), or "
+            "vae=None for the checkpoint's own VAE."
+        ) from err
+
+
+def resolve_tiny_vae(checkpoint: str | os.PathLike, vae: str | os.PathLike | None) -> Path | None:
+    """The folder of the autoencoder to decode with, for the checkpoint (or OpenVINO export)
+    folder ``checkpoint`` and the pipelines' ``vae`` argument; checked before any weight is read.
+
+    * ``None``: ``None``, the checkpoint's own VAE.
+    * ``"tiny"``: TAESD for SD 1.x/2.x or TAESDXL for SDXL (:data:`TINY_VAE_IDS`, chosen by the
+      ``_class_name`` in the checkpoint's ``model_index.json``), from the hub or its cache.
+    * a folder holding an AutoencoderTiny's ``config.json`` (or a ``vae/`` folder that does), or
+      the hub id ``org/name`` of one.
+
+    Raises :class:`~sdaccel.checkpoint.CheckpointError`, naming the fix, when there is no such
+    autoencoder, or when its latents are not the checkpoint's (:func:`check_tiny_vae_compatible`).
+    """
+    if vae is None:
+        return None
+    checkpoint = Path(checkpoint)
+    index = read_json(checkpoint / "model_index.json")
+    text = os.fspath(vae)
+    if text == "tiny":
+        kind = index.get("_class_name")
+        if kind not in TINY_VAE_IDS:
+            raise CheckpointError(
+                f"No tiny autoencoder is known for a {kind!r} (only for {sorted(TINY_VAE_IDS)}); pass "
+                "vae= the folder of one, or vae=None."
+            )
+        folder = download_tiny_vae(TINY_VAE_IDS[kind])
+    elif Path(text).expanduser().exists():
+        folder = Path(text).expanduser()
+    elif text.count("/") == 1 and not text.startswith((".", "/", "~")):
+        folder = download_tiny_vae(text)
+    else:
+        raise CheckpointError(
+            f"vae={text!r} is neither None, 'tiny', an existing folder nor a hub id 'org/name'."
+        )
+    found = tiny_vae_folder(folder)
+    if found is None:
+        raise CheckpointError(
+            f"{folder} holds no AutoencoderTiny (a config.json with _class_name 'AutoencoderTiny', in "
+            "it or in its vae/ folder). Pass vae='tiny', or the folder of a tiny autoencoder."
+        )
+    check_tiny_vae_compatible(read_config(found), checkpoint)
+    return found
+
+
+def check_tiny_vae_compatible(tiny: dict, checkpoint: str | os.PathLike) -> None:
+    """Refuse a tiny autoencoder (its config, ``tiny``) whose latents are not those of
+    ``checkpoint``: the latent channels and the image-to-latent scale of the checkpoint's own VAE
+    (``vae/`` in a diffusers folder, ``vae_decoder/`` in an OpenVINO export) must be its own."""
+    checkpoint = Path(checkpoint)
+    base = next((checkpoint / c for c in ("vae", "vae_decoder") if (checkpoint / c).is_dir()), None)
+    if base is None:
+        raise CheckpointError(f"{checkpoint} has neither a vae/ nor a vae_decoder/ folder.")
+    own = read_config(base)
+    own_scale = 2 ** (len(own["block_out_channels"]) - 1)
+    levels = len(tiny.get("num_decoder_blocks", (3, 3, 3, 1)))  # missing fields: diffusers' defaults
+    scale = tiny.get("upsampling_scaling_factor", 2) ** (levels - 1)
+    channels = tiny.get("latent_channels", 4)
+    if (own.get("latent_channels", 4), own_scale) != (channels, scale):
+        raise CheckpointError(
+            f"The tiny autoencoder decodes {channels}-channel latents {scale}x smaller than the image, "
+            f"but {checkpoint} makes {own.get('latent_channels', 4)}-channel latents {own_scale}x smaller: "
+            "it was made for another model. Use vae=None, or a tiny autoencoder made for this one."
+        )

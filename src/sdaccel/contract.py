@@ -31,6 +31,10 @@ and every error names the argument and the fix:
   shares a random number generator: OpenVINO, GenAI and diffusers all draw ``torch.randn`` from
   ``torch.Generator().manual_seed(seed)``; the JAX front-ends draw image ``k`` from
   ``fold_in(key(seed), k)``, the same on 1 or N devices, but not the same numbers as torch.
+
+**Schedulers have the same names everywhere**: each front-end's loader takes ``scheduler=``, a
+short name of :data:`SCHEDULER_NAMES` (``"euler"``, ``"ddim"``, ``"euler_a"``, ``"lcm"``...) or a
+diffusers class name, to run in place of the checkpoint's own (:func:`scheduler_class_name`).
 """
 
 from __future__ import annotations
@@ -67,6 +71,16 @@ TIMING_KEYS = (
 #: diffusers' default guidance scale per pipeline class.
 GUIDANCE_BY_PIPELINE = {"StableDiffusionXLPipeline": 5.0, "StableDiffusionPipeline": 7.5}
 DEFAULT_STEPS = 20
+
+#: The short scheduler names every front-end's ``scheduler=`` takes, and the diffusers class each
+#: means (the JAX track implements these four; the OpenVINO track runs diffusers' or GenAI's own).
+SCHEDULER_NAMES = {
+    "euler": "EulerDiscreteScheduler",
+    "ddim": "DDIMScheduler",
+    "euler_a": "EulerAncestralDiscreteScheduler",
+    "euler_ancestral": "EulerAncestralDiscreteScheduler",
+    "lcm": "LCMScheduler",
+}
 
 
 @dataclass
@@ -209,6 +223,19 @@ def check_seed(seed) -> int:
     if not 0 <= int(seed) < SEED_LIMIT:
         raise ValueError(f"seed must be in [0, 2**32), got {seed}; use seed % 2**32.")
     return int(seed)
+
+
+def scheduler_class_name(kind, known) -> str:
+    """The diffusers class name that a ``scheduler=`` value means: a short name of
+    :data:`SCHEDULER_NAMES` (any case) or a class name in ``known`` (what the front-end can run).
+    Anything else raises ``ValueError`` naming the choices."""
+    if not isinstance(kind, str):
+        raise ValueError(f"scheduler must be a string (a short name or a class name), got {kind!r}.")
+    name = SCHEDULER_NAMES.get(kind.lower(), kind)
+    if name not in known:
+        shorts = ", ".join(repr(k) for k, v in SCHEDULER_NAMES.items() if v in known)
+        raise ValueError(f"Unknown scheduler kind {kind!r}; choose {shorts} or one of {sorted(known)}.")
+    return name
 
 
 def check_inputs(

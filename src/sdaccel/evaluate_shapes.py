@@ -45,6 +45,9 @@ REFERENCES = ("torch_fp32", "ov_f32")
 #: names, added to :data:`sdaccel.cpu.quantize.SENSITIVE_LAYER_PATTERNS`). On these small models
 #: the ResNets' activation quantizers are where full INT8 loses its colours (notebook 05).
 FLOAT_GROUP_VARIANTS = {"full_int8, float resnets": r".*resnets.*"}
+#: The same recipes quantized in parts (:func:`sdaccel.cpu.quantize.quantize_in_parts`): their
+#: rows should match the one-shot ones within the noise.
+PARTS_VARIANTS = {"full_int8 in 3 parts": ("full_int8", 3), "hybrid in 3 parts": ("hybrid", 3)}
 VARIANTS = ("int8_weights", "hybrid", "full_int8", *FLOAT_GROUP_VARIANTS)
 
 
@@ -124,7 +127,10 @@ def quantize_unet(
     for variant in variants:
         out[variant] = work / f"unet_{variant.replace(', ', '_').replace(' ', '_')}.xml"
         data = None if variant == "int8_weights" else calibration.folder
-        if variant in FLOAT_GROUP_VARIANTS:
+        if variant in PARTS_VARIANTS:
+            recipe, parts = PARTS_VARIANTS[variant]
+            quantize.quantize_ir(unet_xml, out[variant], recipe, data, subset_size=64, parts=parts)
+        elif variant in FLOAT_GROUP_VARIANTS:
             ignored = [*quantize.SENSITIVE_LAYER_PATTERNS, FLOAT_GROUP_VARIANTS[variant]]
             quantize.quantize_ir(unet_xml, out[variant], "full_int8", data, subset_size=64, ignored=ignored)
         else:
@@ -204,7 +210,7 @@ def evaluate(
 
     sampler = read_config(folder, "scheduler")["_class_name"]
     jax_sampler = sampler if sampler in schedulers.SCHEDULERS else schedulers.FALLBACK  # see from_config
-    order = ["torch_fp32", "jax_fp32", "ov_f32", "ov_default", *variants]
+    order = ["torch_fp32", "jax_fp32", "ov_f32", "ov_default", *variants]  # rows in this order
     rows = {}
     for name in sorted(images, key=order.index):
         imgs = images[name]
@@ -278,6 +284,13 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--guidance-scale", type=float, default=6.0)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--variants",
+        nargs="*",
+        default=list(VARIANTS),
+        choices=[*VARIANTS, *PARTS_VARIANTS],
+        help="INT8 rows (default: every recipe in one piece)",
+    )
     parser.add_argument("--work-dir", type=Path, default=None, help="default build/adherence/<name>")
     parser.add_argument("--out", type=Path, default=None, help="JSON (default <work-dir>/adherence.json)")
     args = parser.parse_args(argv)
@@ -289,6 +302,7 @@ def main(argv: list[str] | None = None) -> dict:
         steps=args.steps,
         guidance_scale=args.guidance_scale,
         seed=args.seed,
+        variants=tuple(args.variants),
     )
     table = format_table(result)
     print(table)

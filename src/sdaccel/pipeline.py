@@ -8,7 +8,7 @@ initial noise to the decoded image is one ``jax.jit`` function, :meth:`Pipeline.
         x = scheduler.scale_model_input(latents, i)
         eps = unet([x, x], t_i, [negative, positive] text conditioning)   # guidance batch
         eps = eps_neg + guidance_scale * (eps_pos - eps_neg)
-        latents = scheduler.step(eps, i, latents)
+        latents = scheduler.step(eps, i, latents)    # + noise=step_noise(...) when stochastic
     images = vae.decode(latents / scaling_factor) / 2 + 0.5, clipped to [0, 1]
 
 XLA sees the entire loop, so it fuses, plans memory once and launches nothing from Python between
@@ -20,7 +20,14 @@ The same code runs SDXL (two text encoders, ``text_time`` micro-conditioning) an
 
 Reproducible noise: :func:`initial_noise` draws image ``k`` of the global batch from
 ``fold_in(key(seed), k)``, so an image depends only on ``(seed, k)``, never on how the batch is
-split across calls or devices.
+split across calls or devices. The samplers that add noise at every step (Euler ancestral, LCM:
+``scheduler.stochastic``) draw step ``i``'s from ``fold_in(fold_in(key(seed), k), i)``
+(:func:`step_noise`), so the same holds for them.
+
+A guidance-distilled (LCM) UNet, whose config has ``time_cond_proj_dim``, is told the guidance
+scale through an embedding (:func:`sdaccel.models.unet.guidance_scale_embedding` of
+``guidance_scale - 1``) instead of running classifier-free guidance: no negative batch, one UNet
+pass per step, as diffusers' pipelines do for such a UNet.
 """
 
 from __future__ import annotations
@@ -36,9 +43,16 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from sdaccel import schedulers, text
+from sdaccel import lora, schedulers, text
 from sdaccel.bench import AOTCache
-from sdaccel.checkpoint import COMPONENT_PATTERNS, CheckpointError, read_config, read_json, resolve_checkpoint
+from sdaccel.checkpoint import (
+    COMPONENT_PATTERNS,
+    CheckpointError,
+    read_config,
+    read_json,
+    resolve_checkpoint,
+    resolve_tiny_vae,
+)
 from sdaccel.contract import (
     SEED_LIMIT,
     Defaults,
@@ -51,7 +65,8 @@ from sdaccel.contract import (
     vae_scale_factor,
 )
 from sdaccel.models import attention
-from sdaccel.models.unet import load_unet
+from sdaccel.models.taesd import load_tiny_vae
+from sdaccel.models.unet import guidance_scale_embedding, load_unet
 from sdaccel.models.vae import load_vae
 
 SDXL_CLASS, SD_CLASS = "StableDiffusionXLPipeline", "StableDiffusionPipeline"
@@ -73,11 +88,14 @@ class Conditioning:
     prompt_embeds: (B, G, 77, D) text sequence for cross-attention.
     text_embeds: (B, G, P) SDXL's pooled text embedding, None for SD 1.x / 2.x.
     time_ids: (B, G, 6) SDXL's (original_size, crops_coords_top_left, target_size), None otherwise.
+    noise_keys: (B, K) uint32, each image's random key (:func:`image_keys`) for the noise that a
+      stochastic scheduler adds at every step; None for the others.
     """
 
     prompt_embeds: jax.Array
     text_embeds: jax.Array | None = None
     time_ids: jax.Array | None = None
+    noise_keys: jax.Array | None = None
 
 
 @functools.partial(jax.jit, static_argnums=(2,))
@@ -87,6 +105,24 @@ def initial_noise(seed: int | jax.Array, indices: jax.Array, shape: tuple[int, i
     device) makes, e.g. ``jnp.arange(start, start + n)``, and the images do not depend on the split."""
     key = jax.random.key(seed)
     return jax.vmap(lambda k: jax.random.normal(jax.random.fold_in(key, k), shape, jnp.float32))(indices)
+
+
+@jax.jit
+def image_keys(seed: int | jax.Array, indices: jax.Array) -> jax.Array:
+    """The raw key data (len(indices), K) uint32 of images ``indices``: ``fold_in(key(seed), k)``,
+    the key that :func:`initial_noise` draws image ``k``'s initial latents from. Raw data rather
+    than typed keys, so that it is an ordinary batch-first array to shard and gather."""
+    key = jax.random.key(seed)
+    return jax.vmap(lambda k: jax.random.key_data(jax.random.fold_in(key, k)))(indices)
+
+
+def step_noise(keys: jax.Array, step: int | jax.Array, shape: tuple[int, ...]) -> jax.Array:
+    """Standard normal noise (B, *shape) in float32 for sampling step ``step`` (a traced integer
+    is fine): image ``b`` draws from ``fold_in(keys[b], step)``, with ``keys`` from
+    :func:`image_keys`. It depends only on (seed, image index, step), not on the batch split."""
+    return jax.vmap(
+        lambda k: jax.random.normal(jax.random.fold_in(jax.random.wrap_key_data(k), step), shape, jnp.float32)
+    )(keys)
 
 
 def read_defaults(path_or_id: str | os.PathLike) -> Defaults:
@@ -136,6 +172,9 @@ class Pipeline:
         self.scheduler = scheduler
         self.unet_config, self.vae_config = unet.config, vae.config
         self.is_sdxl = unet.config.addition_embed_type == "text_time"
+        #: An LCM-distilled UNet (``time_cond_proj_dim``) is told the guidance scale as an
+        #: embedding, and runs without classifier-free guidance.
+        self.guidance_embedded = unet.config.time_cond_proj_dim is not None
         if self.is_sdxl != prompt_encoder.is_sdxl:
             raise CheckpointError("The UNet's addition_embed_type and the number of text encoders disagree.")
         self.vae_scale_factor = vae_scale_factor(vae.config.block_out_channels)
@@ -173,6 +212,16 @@ class Pipeline:
             "vae": self.vae,
         }
 
+    def fuse_lora(self, adapters) -> list:
+        """Fuse LoRA adapters, ``[(.safetensors file or LoraAdapter, scale), ...]`` in the diffusers or
+        kohya layout, into the UNet and text encoders in place (:func:`sdaccel.lora.fuse_lora`:
+        all checked first, then one tensor at a time); :meth:`unfuse_lora` takes them out again."""
+        return lora.fuse_lora(self, adapters)
+
+    def unfuse_lora(self) -> int:
+        """Subtract every fused adapter again; return how many there were."""
+        return lora.unfuse_lora(self)
+
     # ------------------------------------------------------------------------------------------
     # Loading
     # ------------------------------------------------------------------------------------------
@@ -186,6 +235,7 @@ class Pipeline:
         scheduler: str | None = None,
         sharding: Callable[[str, tuple], jax.sharding.Sharding] | None = None,
         progress: bool = True,
+        vae: str | os.PathLike | None = None,
     ) -> Pipeline:
         """Load a diffusers-format SDXL or SD 1.x / 2.x checkpoint (a folder or a hub id).
 
@@ -193,10 +243,15 @@ class Pipeline:
           dtype: float32, bfloat16 or float16 for the UNet and text encoders; the VAE stays float32
             when its config says ``force_upcast`` (SDXL's does).
           variant: ``"fp16"`` to read (and download only) the ``*.fp16.safetensors`` weights.
-          scheduler: ``"euler"`` or ``"ddim"`` to override the checkpoint's scheduler class (see
-            :func:`sdaccel.schedulers.from_config`; unimplemented classes fall back to Euler).
+          scheduler: ``"euler"``, ``"ddim"``, ``"euler_a"`` (``"euler_ancestral"``), ``"lcm"`` or one
+            of those diffusers class names, to override the checkpoint's scheduler class (see
+            :func:`sdaccel.schedulers.from_config`; unimplemented classes fall back to Euler). The
+            OpenVINO pipeline takes the same names.
           sharding: maps ``(component, parameter path)`` to a ``jax.sharding.Sharding``, used as
             each weight is placed on the devices (component: ``unet``, ``vae``, ``text_encoder``...).
+          vae: ``None`` (the checkpoint's own VAE), ``"tiny"`` (TAESD for SD 1.x/2.x, TAESDXL for
+            SDXL, from the hub) or the folder of an ``AutoencoderTiny``: decode with that tiny
+            autoencoder instead, in ``dtype`` (:mod:`sdaccel.models.taesd`).
         """
         dtype = _check_dtype(dtype)
         index = read_json(resolve_checkpoint(path_or_id, components=[]) / "model_index.json")
@@ -211,6 +266,7 @@ class Pipeline:
             raise CheckpointError(
                 f"{path_or_id}: model_index.json lists no {sorted(missing)}; not a text-to-image SD checkpoint."
             )
+        tiny_vae = resolve_tiny_vae(folder, vae)  # checked before any weight is read
 
         def place(component):
             return None if sharding is None else (lambda path: sharding(component, path))
@@ -227,17 +283,20 @@ class Pipeline:
         unet = load_unet(
             folder, "unet", dtype=dtype, sharding=place("unet"), progress=progress, variant=variant
         )
-        vae_config = read_config(folder, "vae")
-        vae_dtype = jnp.float32 if vae_config.get("force_upcast", True) else dtype
-        vae = load_vae(
-            folder,
-            "vae",
-            dtype=vae_dtype,
-            sharding=place("vae"),
-            progress=progress,
-            force_upcast=False,
-            variant=variant,
-        )
+        if tiny_vae is not None:
+            vae = load_tiny_vae(tiny_vae, dtype=dtype, sharding=place("vae"), progress=progress)
+        else:
+            vae_config = read_config(folder, "vae")
+            vae_dtype = jnp.float32 if vae_config.get("force_upcast", True) else dtype
+            vae = load_vae(
+                folder,
+                "vae",
+                dtype=vae_dtype,
+                sharding=place("vae"),
+                progress=progress,
+                force_upcast=False,
+                variant=variant,
+            )
         sched = schedulers.from_config(read_config(folder, "scheduler"), kind=scheduler)
         pipe = cls(prompt_encoder, unet, vae, sched, folder=folder, model_index=index)
         # Programs are compiled for the platform they run on: splash attention on a TPU, XLA's on a
@@ -300,10 +359,11 @@ class Pipeline:
           params: ``{"unet": nnx.State, "vae": nnx.State}``, i.e. ``pipeline.params``.
           state: the scheduler state, ``pipeline.scheduler.set_timesteps(steps)``; its arrays
             have the number of steps as their (static) length.
-          cond: :class:`Conditioning`, every field batch-first (B, G, ...).
+          cond: :class:`Conditioning`, every field batch-first (B, G, ...); with a stochastic
+            scheduler its ``noise_keys`` must be set.
           latents: (B, h, w, C) standard-normal noise in float32 (NHWC, h = height / 8); it is
             scaled by the scheduler's ``init_noise_sigma`` here, as diffusers' ``prepare_latents``.
-          guidance_scale: () float32; used only when G == 2.
+          guidance_scale: () float32; used when G == 2, and by a guidance-embedded (LCM) UNet.
 
         Returns:
           (B, H, W, 3) float32 images in [0, 1]. Every input and the output have the batch on axis
@@ -320,13 +380,28 @@ class Pipeline:
             return None if x is None else x.reshape(batch * groups, *x.shape[2:])
 
         context, text_embeds, time_ids = fold(cond.prompt_embeds), fold(cond.text_embeds), fold(cond.time_ids)
+        stochastic = self.scheduler.stochastic
+        if stochastic and cond.noise_keys is None:
+            raise ValueError(
+                f"{type(self.scheduler).__name__} adds noise at every step: set cond.noise_keys to "
+                "image_keys(seed, image indices) (generate() does)."
+            )
+        timestep_cond = None
+        if self.guidance_embedded:
+            if groups != 1:
+                raise ValueError(
+                    "This UNet takes the guidance scale as an embedding (time_cond_proj_dim): build the "
+                    "conditioning without a negative batch (G = 1), as Pipeline.conditioning does."
+                )
+            w = jnp.reshape(jnp.asarray(guidance_scale, jnp.float32) - 1, (1,))
+            timestep_cond = guidance_scale_embedding(w, self.unet_config.time_cond_proj_dim)
 
         def denoise_step(i, latents):
             with jax.named_scope("scale_model_input"):
                 x = self.scheduler.scale_model_input(state, latents, i)
                 x = fold(jnp.broadcast_to(x[:, None], (batch, groups, *x.shape[1:])))
             with jax.named_scope("unet"):
-                out = unet(x, state.timesteps[i], context, text_embeds, time_ids)
+                out = unet(x, state.timesteps[i], context, text_embeds, time_ids, timestep_cond)
             out = out.reshape(batch, groups, *out.shape[1:]).astype(jnp.float32)
             with jax.named_scope("guidance"):
                 if groups == 2:
@@ -334,6 +409,9 @@ class Pipeline:
                 else:
                     eps = out[:, 0]
             with jax.named_scope("scheduler_step"):
+                if stochastic:
+                    noise = step_noise(cond.noise_keys, i, latents.shape[1:])
+                    return self.scheduler.step(state, eps, i, latents, noise=noise)
                 return self.scheduler.step(state, eps, i, latents)
 
         latents = latents.astype(jnp.float32) * state.init_noise_sigma
@@ -399,8 +477,10 @@ class Pipeline:
         crops_coords_top_left: tuple[int, int] = (0, 0),
         target_size: tuple[int, int] | None = None,
     ) -> Conditioning:
-        """Encode the prompts into a :class:`Conditioning` (guidance axis included)."""
-        guided = guidance_scale > 1.0
+        """Encode the prompts into a :class:`Conditioning` (guidance axis included: G = 2 with
+        classifier-free guidance, which needs ``guidance_scale > 1`` and a UNet that does not take
+        the guidance scale as an embedding). ``noise_keys`` is left unset (see :meth:`generate`)."""
+        guided = guidance_scale > 1.0 and not self.guidance_embedded
         emb = self.prompt_encoder(prompts, negative_prompts, guided, encode=self._encode)
         pairs = [emb.negative_prompt_embeds, emb.prompt_embeds] if guided else [emb.prompt_embeds]
         cond = Conditioning(jnp.stack(pairs, axis=1))
@@ -438,12 +518,15 @@ class Pipeline:
           prompts: a string (one image) or a non-empty list of strings.
           negative_prompts: None, one string for all, or a list of B strings. For SDXL, None
             means zero embeddings (``force_zeros_for_empty_prompt``) and ``""`` the encoded empty text.
-          steps: sampling steps. guidance_scale: classifier-free guidance; <= 1 turns it off.
+          steps: sampling steps. guidance_scale: classifier-free guidance; <= 1 turns it off. An
+            LCM UNet (``time_cond_proj_dim``) is given it as an embedding instead (no negative
+            batch; negative prompts are then unused).
           height, width: multiples of ``defaults.size_multiple``; default: the UNet's training
             size (1024 for SDXL).
           seed, first_index: image k of this call starts from the noise of global index
-            ``first_index + k``, ``fold_in(key(seed), first_index + k)`` (see :func:`initial_noise`):
-            a batch split over several calls gives the same images as one call.
+            ``first_index + k``, ``fold_in(key(seed), first_index + k)`` (see :func:`initial_noise`),
+            and a stochastic scheduler's noise at each step follows from the same key
+            (:func:`step_noise`): a batch split over several calls gives the same images as one call.
           latents: (B, h, w, C) NHWC standard-normal noise to start from instead (not yet scaled
             by ``init_noise_sigma``: pass the same array as diffusers' ``latents``, transposed).
           original_size, crops_coords_top_left, target_size: SDXL's size conditioning, (height,
@@ -478,6 +561,9 @@ class Pipeline:
             crops_coords_top_left,
             target_size,
         )
+        if self.scheduler.stochastic:
+            keys = image_keys(request.seed, jnp.arange(first_index, first_index + request.batch))
+            cond = dataclasses.replace(cond, noise_keys=keys)
         jax.block_until_ready(cond)
         encoded = time.perf_counter()
         images = self._denoise(

@@ -150,7 +150,8 @@ SMOKE: dict[str, dict] = {
         "CALIBRATION_STEPS": 20,
         "CALIBRATION_SAMPLES": 64,
         "EVAL_PROMPTS": HELD_OUT_PROMPTS,
-        "QUANT_MEMORY_LIMIT_GB": 4.0,
+        "QUANT_MEMORY_GB": 4.0,
+        "QUANT_PARTS": 2,  # the toy fits in one piece: force parts, to show them
         "BENCH_ITERS": 3,
     },
     "06_cpu_benchmark_and_comparison": {

@@ -124,12 +124,14 @@ NOTEBOOKS = {
         Notebook("03_tpu_performance", "TPU v5e", Needs(3.0, 0.5), Needs(16.0, 2.0), {"sdxl": None}),
         # full: the f32 OpenVINO export of SD 1.5 (about 4 GB) under build/
         Notebook("04_openvino_export_and_run", "x86 CPU", Needs(3.0, 0.3), Needs(12.0, 5.0), {"sd15": None}),
-        # full: its own export plus five INT8 UNets; each quantization is capped at 16 GB RSS
+        # full: its own export plus five INT8 UNets. Each quantizing process stays within
+        # QUANT_MEMORY_GB = 6 (the UNet in parts), with the kernel's f32 pipeline released; the f32
+        # pipeline itself peaks at 5.8 GiB anonymous (benchmarks/results/memory_sd15.json)
         Notebook(
             "05_int8_quantization",
             "x86 CPU",
             Needs(3.0, 0.3),
-            Needs(20.0, 10.0),
+            Needs(8.0, 10.0),
             {"sd15": None, "clip": None},
         ),
         Notebook(

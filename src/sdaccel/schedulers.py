@@ -1,4 +1,5 @@
-"""The Euler and DDIM samplers of diffusers, as pure JAX functions that run inside ``jax.jit``.
+"""The Euler, DDIM, Euler ancestral and LCM samplers of diffusers, as pure JAX functions that run
+inside ``jax.jit``.
 
 A diffusers scheduler is a stateful object: ``set_timesteps`` fills arrays, and every ``step``
 advances a hidden counter. That does not fit in a compiled loop, so here the two halves are split:
@@ -11,9 +12,16 @@ advances a hidden counter. That does not fit in a compiled loop, so here the two
    integer from ``jax.lax.fori_loop``. Nothing is mutated; the loop carries only the latents.
 
 The scheduler objects are frozen dataclasses around their config, hashable, so they can be closed
-over (or passed as static arguments) by a jitted function. Both reproduce diffusers (same float32
-arithmetic, in the same order); ``tests/test_schedulers.py`` checks them against
-``diffusers.EulerDiscreteScheduler`` and ``diffusers.DDIMScheduler``.
+over (or passed as static arguments) by a jitted function. All reproduce diffusers (same float32
+arithmetic, in the same order); ``tests/test_schedulers.py`` checks them step by step against
+``diffusers.EulerDiscreteScheduler``, ``DDIMScheduler``, ``EulerAncestralDiscreteScheduler`` and
+``LCMScheduler``.
+
+Two of them are *stochastic*: Euler ancestral (SDXL-Turbo's sampler) and LCM add fresh noise at
+every step. Their ``step`` takes that noise as an argument, ``step(state, out, i, sample,
+noise=...)``, rather than a random key, so that the caller decides how it is drawn: the
+pipelines draw it per image index, as the initial noise (:func:`sdaccel.pipeline.step_noise`),
+so that an image does not depend on how a batch is split. ``scheduler.stochastic`` says which.
 
 The noise schedule both share: ``betas`` (the variance added per training step) give
 ``alphas_cumprod[t] = prod(1 - betas[:t+1])``, the fraction of signal left at timestep ``t``; a
@@ -24,6 +32,9 @@ noisy latent is ``x_t = sqrt(alphas_cumprod[t]) x_0 + sqrt(1 - alphas_cumprod[t]
   step of the probability-flow ODE ``dx/dsigma = (x - x_0) / sigma``.
 - DDIM (with ``eta = 0``) predicts ``x_0`` and the noise, then re-noises ``x_0`` to the previous
   timestep's level deterministically.
+- Euler ancestral takes a smaller Euler step, then adds fresh noise back up to the next level.
+- LCM (latent consistency) predicts the clean latent at every step and re-noises it with fresh
+  noise to the next timestep's level: 2-8 steps with a consistency-distilled UNet.
 
 ``from_config`` picks the class from a ``scheduler_config.json``; schedulers that are not
 implemented here (SD 1.5 ships ``PNDMScheduler``) fall back to Euler with the same betas, with a
@@ -39,6 +50,8 @@ import warnings
 import jax
 import jax.numpy as jnp
 import numpy as np
+
+from sdaccel.contract import scheduler_class_name
 
 # ----------------------------------------------------------------------------------------------
 # The training noise schedule (shared)
@@ -126,6 +139,24 @@ def _check_steps(config, n: int) -> None:
 # ----------------------------------------------------------------------------------------------
 
 
+def _check_options(scheduler: str, config, unsupported: dict, predictions: tuple[str, ...]) -> None:
+    """Refuse what sdaccel does not implement: ``unsupported`` maps a config field to the only value
+    implemented; ``predictions`` are the prediction types the scheduler supports."""
+    for name, supported in unsupported.items():
+        value = getattr(config, name)
+        if value != supported:
+            raise NotImplementedError(
+                f"{scheduler}: {name}={value!r} is not implemented in sdaccel (only {supported!r}). "
+                "Set it to the default in the scheduler config, or use diffusers for this option."
+            )
+    if config.prediction_type not in predictions:
+        raise ValueError(
+            f"{scheduler}: prediction_type {config.prediction_type!r}: use "
+            + " or ".join(repr(p) for p in predictions)
+            + "."
+        )
+
+
 @dataclasses.dataclass(frozen=True)
 class EulerDiscreteConfig:
     """The fields of diffusers' ``EulerDiscreteScheduler`` config, with its defaults."""
@@ -150,22 +181,13 @@ class EulerDiscreteConfig:
 
     def validate(self) -> None:
         unsupported = {
-            "interpolation_type": (self.interpolation_type, "linear"),
-            "use_exponential_sigmas": (self.use_exponential_sigmas, False),
-            "use_beta_sigmas": (self.use_beta_sigmas, False),
-            "timestep_type": (self.timestep_type, "discrete"),
-            "rescale_betas_zero_snr": (self.rescale_betas_zero_snr, False),
+            "interpolation_type": "linear",
+            "use_exponential_sigmas": False,
+            "use_beta_sigmas": False,
+            "timestep_type": "discrete",
+            "rescale_betas_zero_snr": False,
         }
-        for name, (value, supported) in unsupported.items():
-            if value != supported:
-                raise NotImplementedError(
-                    f"EulerDiscreteScheduler: {name}={value!r} is not implemented in sdaccel (only {supported!r}). "
-                    "Set it to the default in the scheduler config, or use diffusers for this option."
-                )
-        if self.prediction_type not in ("epsilon", "v_prediction", "sample"):
-            raise ValueError(
-                f"prediction_type {self.prediction_type!r}: use 'epsilon', 'v_prediction' or 'sample'."
-            )
+        _check_options("EulerDiscreteScheduler", self, unsupported, ("epsilon", "v_prediction", "sample"))
         if self.final_sigmas_type not in ("zero", "sigma_min"):
             raise ValueError(f"final_sigmas_type {self.final_sigmas_type!r}: use 'zero' or 'sigma_min'.")
         make_betas(self)  # fails early on an unknown beta_schedule
@@ -197,6 +219,34 @@ def _sigma_to_t(sigmas: np.ndarray, log_sigmas: np.ndarray) -> np.ndarray:
     return (1 - w) * low + w * (low + 1)
 
 
+def _interpolated_sigmas(config, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(timesteps, sigmas, train_sigmas)`` of an ``n``-step Euler-family run: the spaced
+    timesteps (float32) and their noise levels, linearly interpolated between the training ones."""
+    _check_steps(config, n)
+    ac = alphas_cumprod(config)
+    train_sigmas = ((1 - ac) / ac) ** 0.5  # float32, one per training timestep
+    timesteps = _spaced_timesteps(config, n).astype(np.float32)
+    return timesteps, np.interp(timesteps, np.arange(len(train_sigmas)), train_sigmas), train_sigmas
+
+
+def _euler_state(config, timesteps: np.ndarray, sigmas: np.ndarray, final: float) -> EulerState:
+    """The state of an Euler-family run: ``final`` appended to the sigmas, and the initial noise
+    scale by diffusers' convention (see :class:`EulerState`)."""
+    sigmas = np.concatenate([sigmas, [final]]).astype(np.float32)
+    max_sigma = sigmas.max()
+    init = max_sigma if config.timestep_spacing in ("linspace", "trailing") else (max_sigma**2 + 1) ** 0.5
+    return EulerState(jnp.asarray(timesteps), jnp.asarray(sigmas), jnp.asarray(init, jnp.float32))
+
+
+def _predicted_original(prediction_type: str, model_output, sample, sigma):
+    """``x0`` predicted from a model output at noise level ``sigma`` (Euler's rescaled latents)."""
+    if prediction_type == "epsilon":
+        return sample - sigma * model_output
+    if prediction_type == "v_prediction":
+        return model_output * (-sigma / (sigma**2 + 1) ** 0.5) + sample / (sigma**2 + 1)
+    return model_output  # "sample"
+
+
 @dataclasses.dataclass(frozen=True)
 class EulerDiscreteScheduler:
     """Euler's method on the probability-flow ODE of the diffusion (k-diffusion's ``sample_euler``).
@@ -208,6 +258,7 @@ class EulerDiscreteScheduler:
 
     config: EulerDiscreteConfig = EulerDiscreteConfig()
     order = 1
+    stochastic = False  # step() takes no noise
 
     @classmethod
     def from_config(cls, d: dict) -> EulerDiscreteScheduler:
@@ -216,11 +267,7 @@ class EulerDiscreteScheduler:
     def set_timesteps(self, num_inference_steps: int) -> EulerState:
         """The state for a run of ``num_inference_steps`` steps (host-side numpy, then arrays)."""
         cfg = self.config
-        _check_steps(cfg, num_inference_steps)
-        ac = alphas_cumprod(cfg)
-        train_sigmas = ((1 - ac) / ac) ** 0.5  # float32, one per training timestep
-        timesteps = _spaced_timesteps(cfg, num_inference_steps).astype(np.float32)
-        sigmas = np.interp(timesteps, np.arange(len(train_sigmas)), train_sigmas)
+        timesteps, sigmas, train_sigmas = _interpolated_sigmas(cfg, num_inference_steps)
         if cfg.use_karras_sigmas:
             # Karras et al. (EDM): sigmas evenly spaced in sigma**(1/7), denser near sigma_min.
             # The timesteps given to the UNet follow from the sigmas, by interpolation.
@@ -233,10 +280,7 @@ class EulerDiscreteScheduler:
             ) ** rho
             timesteps = _sigma_to_t(sigmas, np.log(train_sigmas)).astype(np.float32)
         final = train_sigmas[0] if cfg.final_sigmas_type == "sigma_min" else 0.0
-        sigmas = np.concatenate([sigmas, [final]]).astype(np.float32)
-        max_sigma = sigmas.max()
-        init = max_sigma if cfg.timestep_spacing in ("linspace", "trailing") else (max_sigma**2 + 1) ** 0.5
-        return EulerState(jnp.asarray(timesteps), jnp.asarray(sigmas), jnp.asarray(init, jnp.float32))
+        return _euler_state(cfg, timesteps, sigmas, final)
 
     def scale_model_input(self, state: EulerState, sample: jax.Array, step: int | jax.Array) -> jax.Array:
         """``sample / sqrt(sigma**2 + 1)``: the latent at the scale the UNet was trained on."""
@@ -254,12 +298,7 @@ class EulerDiscreteScheduler:
         sample = sample.astype(jnp.float32)
         model_output = model_output.astype(jnp.float32)
         sigma, sigma_next = state.sigmas[step], state.sigmas[step + 1]
-        if self.config.prediction_type == "epsilon":
-            pred_original = sample - sigma * model_output
-        elif self.config.prediction_type == "v_prediction":
-            pred_original = model_output * (-sigma / (sigma**2 + 1) ** 0.5) + sample / (sigma**2 + 1)
-        else:  # "sample"
-            pred_original = model_output
+        pred_original = _predicted_original(self.config.prediction_type, model_output, sample, sigma)
         derivative = (sample - pred_original) / sigma
         return sample + derivative * (sigma_next - sigma)
 
@@ -290,16 +329,8 @@ class DDIMConfig:
     rescale_betas_zero_snr: bool = False
 
     def validate(self) -> None:
-        for name in ("thresholding", "rescale_betas_zero_snr"):
-            if getattr(self, name):
-                raise NotImplementedError(
-                    f"DDIMScheduler: {name}=True is not implemented in sdaccel. Set it to false in the "
-                    "scheduler config, or use diffusers for this option."
-                )
-        if self.prediction_type not in ("epsilon", "v_prediction", "sample"):
-            raise ValueError(
-                f"prediction_type {self.prediction_type!r}: use 'epsilon', 'v_prediction' or 'sample'."
-            )
+        unsupported = {"thresholding": False, "rescale_betas_zero_snr": False}
+        _check_options("DDIMScheduler", self, unsupported, ("epsilon", "v_prediction", "sample"))
         make_betas(self)
 
 
@@ -332,6 +363,7 @@ class DDIMScheduler:
 
     config: DDIMConfig = DDIMConfig()
     order = 1
+    stochastic = False
 
     @classmethod
     def from_config(cls, d: dict) -> DDIMScheduler:
@@ -383,16 +415,259 @@ class DDIMScheduler:
 
 
 # ----------------------------------------------------------------------------------------------
+# Euler ancestral (EulerAncestralDiscreteScheduler)
+# ----------------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class EulerAncestralDiscreteConfig:
+    """The fields of diffusers' ``EulerAncestralDiscreteScheduler`` config, with its defaults."""
+
+    num_train_timesteps: int = 1000
+    beta_start: float = 0.0001
+    beta_end: float = 0.02
+    beta_schedule: str = "linear"
+    trained_betas: tuple[float, ...] | None = None
+    prediction_type: str = "epsilon"
+    timestep_spacing: str = "linspace"
+    steps_offset: int = 0
+    rescale_betas_zero_snr: bool = False
+
+    def validate(self) -> None:
+        # diffusers implements no other prediction type for this scheduler
+        _check_options(
+            "EulerAncestralDiscreteScheduler",
+            self,
+            {"rescale_betas_zero_snr": False},
+            ("epsilon", "v_prediction"),
+        )
+        make_betas(self)
+
+
+@dataclasses.dataclass(frozen=True)
+class EulerAncestralDiscreteScheduler:
+    """Euler ancestral sampling (k-diffusion's ``sample_euler_ancestral``), SDXL-Turbo's sampler.
+
+    Each step splits the way from ``sigma`` to ``sigma_next`` in two: a deterministic Euler step
+    down to ``sigma_down = sqrt(sigma_next**2 - sigma_up**2)``, then fresh noise of standard
+    deviation ``sigma_up = sigma_next * sqrt(1 - sigma_next**2 / sigma**2)`` back up to
+    ``sigma_next``. So part of the noise is *replaced* at every step rather than followed: the
+    result depends on the noise of every step, not only on the initial latents.
+
+    The state is Euler's (:class:`EulerState`, the same timesteps and sigmas); ``step`` takes
+    the step's standard-normal ``noise`` (the pipelines draw it per image, see
+    :func:`sdaccel.pipeline.step_noise`).
+    """
+
+    config: EulerAncestralDiscreteConfig = EulerAncestralDiscreteConfig()
+    order = 1
+    stochastic = True  # step() adds the noise it is given
+
+    @classmethod
+    def from_config(cls, d: dict) -> EulerAncestralDiscreteScheduler:
+        return cls(_config_from_dict(EulerAncestralDiscreteConfig, d))
+
+    def set_timesteps(self, num_inference_steps: int) -> EulerState:
+        """The state for a run of ``num_inference_steps`` steps: Euler's schedule, final sigma 0."""
+        timesteps, sigmas, _ = _interpolated_sigmas(self.config, num_inference_steps)
+        return _euler_state(self.config, timesteps, sigmas, 0.0)
+
+    def scale_model_input(self, state: EulerState, sample: jax.Array, step: int | jax.Array) -> jax.Array:
+        """``sample / sqrt(sigma**2 + 1)``, as Euler."""
+        sigma = state.sigmas[step]
+        return sample / ((sigma**2 + 1) ** 0.5).astype(sample.dtype)
+
+    def step(
+        self,
+        state: EulerState,
+        model_output: jax.Array,
+        step: int | jax.Array,
+        sample: jax.Array,
+        noise: jax.Array | None = None,
+    ) -> jax.Array:
+        """One ancestral step from ``sigmas[step]`` to ``sigmas[step + 1]``, in float32.
+
+        ``noise``: standard-normal, the shape of ``sample``; it enters as ``noise * sigma_up``
+        (0 at the last step, whose target sigma is 0).
+        """
+        if noise is None:
+            raise ValueError(
+                "EulerAncestralDiscreteScheduler.step needs noise= (standard normal, the shape of the "
+                "sample): it adds fresh noise at every step."
+            )
+        sample = sample.astype(jnp.float32)
+        model_output = model_output.astype(jnp.float32)
+        sigma, sigma_to = state.sigmas[step], state.sigmas[step + 1]
+        pred_original = _predicted_original(self.config.prediction_type, model_output, sample, sigma)
+        sigma_up = (sigma_to**2 * (sigma**2 - sigma_to**2) / sigma**2) ** 0.5
+        sigma_down = (sigma_to**2 - sigma_up**2) ** 0.5
+        derivative = (sample - pred_original) / sigma
+        prev = sample + derivative * (sigma_down - sigma)
+        return prev + noise.astype(jnp.float32) * sigma_up
+
+
+# ----------------------------------------------------------------------------------------------
+# Latent consistency (LCMScheduler)
+# ----------------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class LCMConfig:
+    """The fields of diffusers' ``LCMScheduler`` config, with its defaults.
+
+    ``timestep_spacing`` is read but unused, as in diffusers: the LCM schedule is its own.
+    """
+
+    num_train_timesteps: int = 1000
+    beta_start: float = 0.00085
+    beta_end: float = 0.012
+    beta_schedule: str = "scaled_linear"
+    trained_betas: tuple[float, ...] | None = None
+    original_inference_steps: int = 50
+    clip_sample: bool = False
+    clip_sample_range: float = 1.0
+    set_alpha_to_one: bool = True
+    steps_offset: int = 0
+    prediction_type: str = "epsilon"
+    thresholding: bool = False
+    dynamic_thresholding_ratio: float = 0.995
+    sample_max_value: float = 1.0
+    timestep_spacing: str = "leading"
+    timestep_scaling: float = 10.0
+    rescale_betas_zero_snr: bool = False
+
+    def validate(self) -> None:
+        unsupported = {"thresholding": False, "rescale_betas_zero_snr": False}
+        _check_options("LCMScheduler", self, unsupported, ("epsilon", "v_prediction", "sample"))
+        if not 1 <= self.original_inference_steps <= self.num_train_timesteps:
+            raise ValueError(
+                f"LCMScheduler: original_inference_steps must be in 1..{self.num_train_timesteps}, got "
+                f"{self.original_inference_steps}."
+            )
+        make_betas(self)
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class LCMState:
+    """The schedule of one LCM run of ``n`` steps.
+
+    timesteps: (n,) int32, the timestep the UNet is told at each step.
+    alpha_prod: (n,) float32, ``alphas_cumprod`` at each step's timestep.
+    alpha_prod_prev: (n,) float32, the same at the next step's timestep (the last step, which
+      adds no noise, repeats its own).
+    c_skip, c_out: (n,) float32, the consistency model's boundary-condition scalings: the
+      denoised latent is ``c_out * x0_pred + c_skip * sample``.
+    init_noise_sigma: () 1: LCM works on the DDPM-scaled latents directly.
+    """
+
+    timesteps: jax.Array
+    alpha_prod: jax.Array
+    alpha_prod_prev: jax.Array
+    c_skip: jax.Array
+    c_out: jax.Array
+    init_noise_sigma: jax.Array
+
+
+@dataclasses.dataclass(frozen=True)
+class LCMScheduler:
+    """Latent consistency model sampling (Luo et al.), for LCM-distilled UNets and LCM-LoRA.
+
+    A consistency model maps a noisy latent at any timestep straight to a clean one. Each step
+    predicts it (``denoised``), then, except at the last step, noises it again to the next
+    timestep's level with fresh noise: ``sqrt(a_next) denoised + sqrt(1 - a_next) noise``. The
+    timesteps are ``num_inference_steps`` evenly picked (by index) from the
+    ``original_inference_steps`` of the distillation schedule, ``k - 1, 2k - 1, ..., 999``
+    (``k = num_train_timesteps // original_inference_steps``), noisiest first.
+
+    ``step`` takes the step's standard-normal ``noise`` (see :func:`sdaccel.pipeline.step_noise`).
+    """
+
+    config: LCMConfig = LCMConfig()
+    order = 1
+    stochastic = True
+
+    @classmethod
+    def from_config(cls, d: dict) -> LCMScheduler:
+        return cls(_config_from_dict(LCMConfig, d))
+
+    def set_timesteps(self, num_inference_steps: int) -> LCMState:
+        cfg = self.config
+        original = cfg.original_inference_steps
+        if not 1 <= num_inference_steps <= original:
+            raise ValueError(
+                f"LCMScheduler: num_inference_steps must be in 1..{original} (original_inference_steps: the "
+                f"steps are picked from that distillation schedule), got {num_inference_steps}."
+            )
+        k = cfg.num_train_timesteps // original
+        origin = (np.arange(1, original + 1) * k - 1)[::-1]
+        picked = np.floor(np.linspace(0, len(origin), num=num_inference_steps, endpoint=False))
+        timesteps = origin[picked.astype(np.int64)]
+        ac = alphas_cumprod(cfg)
+        prev = np.concatenate([timesteps[1:], timesteps[-1:]])
+        scaled = timesteps.astype(np.float32) * np.float32(cfg.timestep_scaling)
+        sigma_data2 = np.float32(0.5**2)  # sigma_data = 0.5, as in diffusers
+        c_skip = sigma_data2 / (scaled**2 + sigma_data2)
+        c_out = scaled / (scaled**2 + sigma_data2) ** np.float32(0.5)
+        return LCMState(
+            jnp.asarray(timesteps, jnp.int32),
+            jnp.asarray(ac[timesteps]),
+            jnp.asarray(ac[prev]),
+            jnp.asarray(c_skip, jnp.float32),
+            jnp.asarray(c_out, jnp.float32),
+            jnp.asarray(1.0, jnp.float32),
+        )
+
+    def scale_model_input(self, state: LCMState, sample: jax.Array, step: int | jax.Array) -> jax.Array:
+        """LCM needs no input scaling."""
+        return sample
+
+    def step(
+        self,
+        state: LCMState,
+        model_output: jax.Array,
+        step: int | jax.Array,
+        sample: jax.Array,
+        noise: jax.Array | None = None,
+    ) -> jax.Array:
+        """One LCM step, in float32: the denoised latent, re-noised to the next timestep except at
+        the last step (which returns the denoised latent itself). ``noise``: standard-normal, the
+        shape of ``sample``."""
+        if noise is None:
+            raise ValueError(
+                "LCMScheduler.step needs noise= (standard normal, the shape of the sample): it re-noises "
+                "the denoised latent at every step but the last."
+            )
+        cfg = self.config
+        sample = sample.astype(jnp.float32)
+        model_output = model_output.astype(jnp.float32)
+        alpha_prod_t, alpha_prod_prev = state.alpha_prod[step], state.alpha_prod_prev[step]
+        beta_prod_t = 1 - alpha_prod_t
+        if cfg.prediction_type == "epsilon":
+            pred_original = (sample - beta_prod_t**0.5 * model_output) / alpha_prod_t**0.5
+        elif cfg.prediction_type == "v_prediction":
+            pred_original = alpha_prod_t**0.5 * sample - beta_prod_t**0.5 * model_output
+        else:  # "sample"
+            pred_original = model_output
+        if cfg.clip_sample:
+            pred_original = jnp.clip(pred_original, -cfg.clip_sample_range, cfg.clip_sample_range)
+        denoised = state.c_out[step] * pred_original + state.c_skip[step] * sample
+        renoised = alpha_prod_prev**0.5 * denoised + (1 - alpha_prod_prev) ** 0.5 * noise.astype(jnp.float32)
+        return jnp.where(step == state.timesteps.shape[0] - 1, denoised, renoised)
+
+
+# ----------------------------------------------------------------------------------------------
 # Choosing a scheduler from a config
 # ----------------------------------------------------------------------------------------------
 
-Scheduler = EulerDiscreteScheduler | DDIMScheduler
+Scheduler = EulerDiscreteScheduler | DDIMScheduler | EulerAncestralDiscreteScheduler | LCMScheduler
 
 SCHEDULERS: dict[str, type] = {
     "EulerDiscreteScheduler": EulerDiscreteScheduler,
     "DDIMScheduler": DDIMScheduler,
+    "EulerAncestralDiscreteScheduler": EulerAncestralDiscreteScheduler,
+    "LCMScheduler": LCMScheduler,
 }
-_SHORT_NAMES = {"euler": "EulerDiscreteScheduler", "ddim": "DDIMScheduler"}
 
 #: What runs in place of a scheduler that sdaccel does not implement. Euler is SDXL's default
 #: and a good first-order sampler at 20-50 steps; the betas, prediction type, spacing and
@@ -405,25 +680,25 @@ def from_config(config: dict, kind: str | None = None) -> Scheduler:
 
     Args:
       config: the dict of ``scheduler/scheduler_config.json``; its ``_class_name`` picks the class.
-      kind: override the class: ``"euler"``, ``"ddim"`` or a diffusers class name. As with
+      kind: override the class: ``"euler"``, ``"ddim"``, ``"euler_a"`` (or ``"euler_ancestral"``),
+        ``"lcm"`` or one of those diffusers class names (:data:`SCHEDULERS`), the names every
+        front-end takes (:data:`sdaccel.contract.SCHEDULER_NAMES`). As with
         diffusers' ``NewScheduler.from_config(old.config)``, the fields the new class knows are
         taken from ``config`` and the others keep the new class's defaults.
 
     A class that is not implemented (for example ``PNDMScheduler``, which SD 1.5 ships, or
     ``DPMSolverMultistepScheduler``) falls back to ``FALLBACK`` (Euler) with a warning.
     """
-    name = kind or config.get("_class_name") or FALLBACK
-    name = _SHORT_NAMES.get(name.lower(), name)
+    if kind is not None:
+        name = scheduler_class_name(kind, SCHEDULERS)
+    else:
+        name = config.get("_class_name") or FALLBACK
     if name not in SCHEDULERS:
-        if kind is not None:
-            raise ValueError(
-                f"Unknown scheduler kind {kind!r}; choose 'euler', 'ddim' or one of {sorted(SCHEDULERS)}."
-            )
         warnings.warn(
             f"{name} is not implemented in sdaccel; running {FALLBACK} with the same betas "
             f"({config.get('beta_schedule', 'linear')}, {config.get('beta_start')}..{config.get('beta_end')}), "
             f"prediction type and timestep spacing instead, so images differ from diffusers' {name}. "
-            "Pass kind='euler' or kind='ddim' to choose explicitly and silence this warning.",
+            "Pass kind='euler' (or 'ddim', 'euler_a', 'lcm') to choose explicitly and silence this warning.",
             stacklevel=2,
         )
         name = FALLBACK

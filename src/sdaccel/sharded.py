@@ -19,11 +19,14 @@ global, still sharded ``jax.Array`` (for multi-host callers that gather it thems
 its arguments for measuring it.
 
 Across several processes, every process passes the *global* list of prompts; each encodes and
-draws noise only for its own rows (:mod:`sdaccel.distributed`).
+draws noise only for its own rows (:mod:`sdaccel.distributed`). A stochastic scheduler (Euler
+ancestral, LCM) draws its per-step noise from each image's key (``Conditioning.noise_keys``), so
+its images too are the same on any number of devices.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -40,7 +43,7 @@ from sdaccel.bench import AOTCache, Compiled
 from sdaccel.checkpoint import open_weights, resolve_checkpoint, torch_key
 from sdaccel.contract import GenerationResult, Request, make_timings, to_pil
 from sdaccel.models import attention
-from sdaccel.pipeline import Pipeline, initial_noise
+from sdaccel.pipeline import Pipeline, image_keys, initial_noise
 from sdaccel.sharding import (
     DATA,
     LARGEST,
@@ -230,7 +233,10 @@ class ShardedPipeline:
             local_prompts, local_negatives, request.guidance_scale, request.height, request.width
         )
         shape = pipe.latent_shape(request.height, request.width)
-        noise = initial_noise(request.seed, jnp.asarray(np.asarray(indices)[rows]), shape)
+        local_indices = jnp.asarray(np.asarray(indices)[rows])
+        noise = initial_noise(request.seed, local_indices, shape)
+        if pipe.scheduler.stochastic:  # per-step noise keyed by image index, as the initial noise
+            cond = dataclasses.replace(cond, noise_keys=image_keys(request.seed, local_indices))
         cond, noise = distributed.global_batch((cond, noise), self.mesh, batch)
         state, guidance = distributed.replicated_global(
             (pipe.scheduler.set_timesteps(request.steps), np.float32(request.guidance_scale)), self.mesh

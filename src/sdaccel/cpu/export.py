@@ -55,12 +55,13 @@ import os
 import shutil
 import time
 import warnings
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from sdaccel.checkpoint import CheckpointError, read_config, read_json, resolve_checkpoint
 from sdaccel.contract import Defaults, size_multiple, vae_scale_factor
+from sdaccel.cpu.lora_export import check_lora, fuse_into_torch, lora_settings
 from sdaccel.staging import link_tree, replace_json, staged_folder
 
 log = logging.getLogger(__name__)
@@ -165,10 +166,17 @@ def _wrappers():
             super().__init__()
             self.unet = unet
 
-        def forward(self, sample, timestep, encoder_hidden_states, text_embeds=None, time_ids=None):
+        def forward(
+            self, sample, timestep, encoder_hidden_states, text_embeds=None, time_ids=None, timestep_cond=None
+        ):
             added = None if text_embeds is None else {"text_embeds": text_embeds, "time_ids": time_ids}
             return self.unet(
-                sample, timestep, encoder_hidden_states, added_cond_kwargs=added, return_dict=False
+                sample,
+                timestep,
+                encoder_hidden_states,
+                timestep_cond=timestep_cond,
+                added_cond_kwargs=added,
+                return_dict=False,
             )[0]
 
     class VAEDecoder(torch.nn.Module):
@@ -290,6 +298,9 @@ def unet_example(cfg, size: int, sequence_length: int = 77) -> tuple[dict, dict]
         dims.update({"text_embeds": {1: text_embeds}, "time_ids": {1: 6}})
     elif cfg.addition_embed_type is not None:
         raise CheckpointError(f"UNet addition_embed_type={cfg.addition_embed_type!r} is not supported.")
+    if cfg.time_cond_proj_dim is not None:  # an LCM UNet: the guidance-scale embedding
+        example["timestep_cond"] = torch.randn(2, cfg.time_cond_proj_dim)
+        dims["timestep_cond"] = {1: cfg.time_cond_proj_dim}
     return example, dims
 
 
@@ -549,6 +560,7 @@ def export_pipeline(
     static=None,
     weight_dtype: str = "fp32",
     progress: bool = True,
+    lora: Sequence[tuple[str | os.PathLike, float]] = (),
 ) -> Path:
     """Export a diffusers SD 1.x/2.x or SDXL checkpoint to an OpenVINO folder and return it.
 
@@ -561,6 +573,10 @@ def export_pipeline(
       weight_dtype: ``"fp32"`` keeps the weights as they are; ``"fp16"`` stores them in half
         precision (half the disk size; the CPU plugin decompresses them when it compiles).
       progress: show a progress bar over the components.
+      lora: ``[(LoRA .safetensors file, scale), ...]`` fused into the UNet and text encoders
+        before their conversion (:mod:`sdaccel.cpu.lora_export`; diffusers or kohya layout),
+        checked against the checkpoint before anything is written. The manifest records them, so
+        an export is reused only for the same adapters and scales.
 
     What happens to an existing ``dst``, decided before anything is written:
 
@@ -595,10 +611,20 @@ def export_pipeline(
     static = StaticShape.coerce(static)
     if static is not None:
         check_static_shape(static, checkpoint_defaults(src).size_multiple)
-    settings = {"weight_dtype": weight_dtype, "static": asdict(static) if static else None}
+    adapters = check_lora(src, lora) if lora else []
+    settings = {
+        "weight_dtype": weight_dtype,
+        "static": asdict(static) if static else None,
+        "lora": lora_settings(adapters),
+    }
     old = {} if force else _reusable_manifest(dst, src)
     if old:
         recorded = {k: old.get(k) for k in settings}
+        if recorded["lora"] != settings["lora"]:  # other weights: never reused in place of these
+            raise ValueError(
+                f"{dst} holds an export with the LoRA adapters {recorded['lora']}, not {settings['lora']}: "
+                "its weights differ. Export into another folder, or pass force=True to replace it."
+            )
         if is_complete(dst, names):
             note = f" It was exported with {recorded}, not {settings}." if recorded != settings else ""
             message = f"{dst} already holds a complete OpenVINO export of {list(names)}; nothing to do.{note}"
@@ -626,7 +652,7 @@ def export_pipeline(
         for name in bar:
             bar.set_postfix_str(name)
             start = time.perf_counter()
-            _export_component(src, stage / name, name, static, weight_dtype, vae_config, max_length)
+            _export_component(src, stage / name, name, static, weight_dtype, vae_config, max_length, adapters)
             timings[name] = time.perf_counter() - start
         exported = set(old.get("components", [])) | set(names)
         replace_json(
@@ -646,13 +672,23 @@ def export_pipeline(
 
 
 def _export_component(
-    src: Path, out: Path, name: str, static, weight_dtype: str, vae_config: dict, max_length: int
+    src: Path,
+    out: Path,
+    name: str,
+    static,
+    weight_dtype: str,
+    vae_config: dict,
+    max_length: int,
+    adapters: Sequence = (),
 ) -> None:
-    """Convert one component of ``src`` into the new folder ``out``."""
+    """Convert one component of ``src`` into the new folder ``out`` (with ``adapters``, resolved
+    by :func:`sdaccel.cpu.lora_export.check_lora`, fused into the UNet and text encoders)."""
     if name.startswith("tokenizer"):
         convert_tokenizer(src / name, out)
         return
     model = load_torch_component(src, name)
+    if adapters and (name == "unet" or name.startswith("text_encoder")):
+        fuse_into_torch(model, name, adapters)
     if name.startswith("text_encoder"):
         ov_model = convert_text_encoder(model, max_length)
         config = read_config(src, name)

@@ -27,10 +27,21 @@ from pathlib import Path
 
 import numpy as np
 
-from sdaccel.checkpoint import CheckpointError
-from sdaccel.contract import GenerationResult, check_inputs, make_timings
+from sdaccel.checkpoint import CheckpointError, resolve_tiny_vae
+from sdaccel.contract import GenerationResult, check_inputs, make_timings, scheduler_class_name
 from sdaccel.cpu.export import StaticShape, read_defaults
 from sdaccel.cpu.precision import CANDIDATES, choose_precision
+from sdaccel.cpu.tiny_vae import with_tiny_decoder
+
+#: The diffusers scheduler classes GenAI implements, by the name of their ``Scheduler.Type``.
+GENAI_SCHEDULERS = {
+    "EulerDiscreteScheduler": "EULER_DISCRETE",
+    "EulerAncestralDiscreteScheduler": "EULER_ANCESTRAL_DISCRETE",
+    "DDIMScheduler": "DDIM",
+    "LCMScheduler": "LCM",
+    "PNDMScheduler": "PNDM",
+    "LMSDiscreteScheduler": "LMS_DISCRETE",
+}
 
 
 class GenAIPipeline:
@@ -48,6 +59,12 @@ class GenAIPipeline:
       static: ``None`` or a ``StaticShape`` / ``(1, height, width)``: GenAI's own
         ``reshape(1, height, width, guidance_scale)`` before compiling (one image per call, as
         this wrapper generates them).
+      scheduler: ``None`` (the folder's own) or the names the other front-ends take (a short name
+        of :data:`sdaccel.contract.SCHEDULER_NAMES`, or a class name) for the schedulers GenAI
+        implements (:data:`GENAI_SCHEDULERS`); GenAI builds it from the folder's scheduler config.
+      vae: ``None`` (the export's own VAE decoder), ``"tiny"`` or the folder of an
+        ``AutoencoderTiny``: GenAI loads the folder :func:`sdaccel.cpu.tiny_vae.with_tiny_decoder`
+        makes beside the export, whose ``vae_decoder`` is the tiny one (as ``OVPipeline`` does).
     """
 
     def __init__(
@@ -57,10 +74,14 @@ class GenAIPipeline:
         precision: str | None = "auto",
         static=None,
         ov_config: dict | None = None,
+        scheduler: str | None = None,
+        vae: str | os.PathLike | None = None,
     ):
         import openvino_genai
 
         self.folder = Path(folder)
+        # checked before anything is loaded: a name GenAI does not implement is an error, not a fallback
+        self.scheduler = None if scheduler is None else scheduler_class_name(scheduler, GENAI_SCHEDULERS)
         if precision is not None and precision != "auto" and precision not in CANDIDATES:
             raise ValueError(f"precision must be 'auto', one of {CANDIDATES} or None, got {precision!r}.")
         if not (self.folder / "model_index.json").is_file():
@@ -73,6 +94,8 @@ class GenAIPipeline:
                 f"GenAIPipeline generates one image per GenAI call: static batch must be 1, got "
                 f"{self.static.batch}. Use static=(1, height, width)."
             )
+        if vae is not None:
+            self.folder = with_tiny_decoder(self.folder, resolve_tiny_vae(self.folder, vae))
         self.precision_choice = None
         if precision == "auto":
             shape = self.static or StaticShape(1, self.defaults.height, self.defaults.width, True)
@@ -89,14 +112,24 @@ class GenAIPipeline:
             properties["INFERENCE_PRECISION_HINT"] = precision
         if self.static is None:
             self.pipe = openvino_genai.Text2ImagePipeline(self.folder, device, **properties)
+            self._set_scheduler()
         else:
             self.defaults = dataclasses.replace(
                 self.defaults, height=self.static.height, width=self.static.width
             )
             self.pipe = openvino_genai.Text2ImagePipeline(self.folder)
+            self._set_scheduler()
             guidance = 7.5 if self.static.guidance else 1.0  # GenAI only asks whether it is > 1
             self.pipe.reshape(1, self.static.height, self.static.width, guidance)
             self.pipe.compile(device, **properties)
+
+    def _set_scheduler(self) -> None:
+        import openvino_genai
+
+        if self.scheduler is not None:
+            kind = getattr(openvino_genai.Scheduler.Type, GENAI_SCHEDULERS[self.scheduler])
+            config = self.folder / "scheduler" / "scheduler_config.json"
+            self.pipe.set_scheduler(openvino_genai.Scheduler.from_config(config, kind))
 
     def generate(
         self,

@@ -14,7 +14,11 @@ over OpenVINO compiled models, so every step is visible and can be timed, hooked
    positive) and the two predictions are mixed ``uncond + scale * (text - uncond)``; the
    scheduler takes a step: diffusers' own class, named by ``_class_name`` in the folder's
    ``scheduler/scheduler_config.json`` as GenAI reads it (diffusers itself reads the name from
-   ``model_index.json``; published checkpoints name the same class in both).
+   ``model_index.json``; published checkpoints name the same class in both), or the one
+   ``scheduler=`` names (the names of :data:`sdaccel.contract.SCHEDULER_NAMES`, as the JAX
+   pipeline takes them, or any diffusers scheduler class). An LCM-distilled UNet
+   (``time_cond_proj_dim``) gets the guidance scale as an embedding, ``timestep_cond``, instead
+   of the doubled batch, as diffusers does.
 4. **Decode.** Latents / ``scaling_factor`` through the VAE decoder, then [-1, 1] -> 8-bit RGB.
 
 Precision: OpenVINO's CPU plugin runs a model in the precision of its
@@ -38,16 +42,18 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import asdict
+from inspect import signature
 from pathlib import Path
 
 import numpy as np
 
-from sdaccel.checkpoint import CheckpointError, read_config, read_json
+from sdaccel.checkpoint import CheckpointError, read_config, read_json, resolve_tiny_vae
 from sdaccel.contract import (
     GenerationResult,
     check_inputs,
     check_seed,
     make_timings,
+    scheduler_class_name,
     to_pil,
     unscale_latents,
 )
@@ -60,6 +66,7 @@ from sdaccel.cpu.export import (
     vae_scale_factor_of,
 )
 from sdaccel.cpu.precision import CANDIDATES, choose_precision, pipeline_components, precision_name
+from sdaccel.cpu.tiny_vae import with_tiny_decoder
 
 #: What ``precision`` accepts besides ``None`` (the plugin's default).
 PRECISIONS = ("auto", *CANDIDATES)
@@ -98,7 +105,16 @@ class OVPipeline:
     OpenVINO), leaves the pipeline as it was: the next valid call works.
     """
 
-    def __init__(self, folder: Path, core, device: str, precision, static, ov_config: dict):
+    def __init__(
+        self,
+        folder: Path,
+        core,
+        device: str,
+        precision,
+        static,
+        ov_config: dict,
+        scheduler: str | None = None,
+    ):
         from diffusers import schedulers
         from transformers import CLIPTokenizer
 
@@ -112,10 +128,17 @@ class OVPipeline:
         self.is_sdxl = self.pipeline_class == "StableDiffusionXLPipeline"
         self.force_zeros_for_empty_prompt = index.get("force_zeros_for_empty_prompt", True)
         self.scheduler_config = read_config(folder, "scheduler")
-        self.scheduler_class = getattr(schedulers, self.scheduler_config["_class_name"])
+        if scheduler is None:
+            self.scheduler_class = getattr(schedulers, self.scheduler_config["_class_name"])
+        else:
+            self.scheduler_class = getattr(
+                schedulers, scheduler_class_name(scheduler, diffusers_schedulers())
+            )
         self.vae_config = read_config(folder, "vae_decoder")
         self.vae_scale_factor = vae_scale_factor_of(folder)
         self.unet_config = read_config(folder, "unet")
+        #: an LCM UNet: the guidance scale goes in as ``timestep_cond``, with no negative batch
+        self.guidance_embedded = self.unet_config.get("time_cond_proj_dim") is not None
         self.defaults = read_defaults(folder)
         if self.static is not None:  # a static pipeline takes one size: make it the default
             self.defaults = dataclasses.replace(
@@ -162,6 +185,8 @@ class OVPipeline:
         static=None,
         ov_config: dict | None = None,
         core=None,
+        scheduler: str | None = None,
+        vae: str | os.PathLike | None = None,
     ) -> OVPipeline:
         """Load and compile an export folder.
 
@@ -175,10 +200,21 @@ class OVPipeline:
           static: ``None`` (dynamic shapes) or a ``StaticShape`` / ``(batch, height, width)``: the
             models are reshaped before compiling and then only accept that shape.
           ov_config: extra compile properties (``{"NUM_STREAMS": "1"}``, ``{"CACHE_DIR": ...}``).
+          scheduler: ``None`` (the folder's own), a short name of
+            :data:`sdaccel.contract.SCHEDULER_NAMES` (``"euler"``, ``"ddim"``, ``"euler_a"``,
+            ``"lcm"``: the names ``Pipeline.from_pretrained`` takes) or a diffusers scheduler class
+            name; it is built from the folder's scheduler config, as
+            ``NewScheduler.from_config(old.config)`` in diffusers.
+          vae: ``None`` (the export's own VAE decoder), ``"tiny"`` (TAESD for SD 1.x/2.x, TAESDXL
+            for SDXL, from the hub) or the folder of an ``AutoencoderTiny``: decode with that tiny
+            autoencoder, converted once into the export and run from the folder
+            :func:`sdaccel.cpu.tiny_vae.with_tiny_decoder` makes beside it.
         """
         import openvino as ov
 
         _check_precision(precision)
+        if scheduler is not None:
+            scheduler_class_name(scheduler, diffusers_schedulers())  # a clear error before any loading
         folder = Path(folder)
         if not (folder / "model_index.json").is_file():
             raise CheckpointError(
@@ -206,7 +242,9 @@ class OVPipeline:
                 f"{folder} is not a complete OpenVINO export (missing {missing}); is it a diffusers "
                 "checkpoint? Export it first with sdaccel.cpu.export.export_pipeline(src, folder)."
             )
-        return cls(folder, core or ov.Core(), device, precision, static, ov_config or {})
+        if vae is not None:
+            folder = with_tiny_decoder(folder, resolve_tiny_vae(folder, vae))
+        return cls(folder, core or ov.Core(), device, precision, static, ov_config or {}, scheduler)
 
     # -- models ------------------------------------------------------------------------------
 
@@ -334,12 +372,14 @@ class OVPipeline:
             pooled[:n] = 0
         return {"encoder_hidden_states": states} | ({"text_embeds": pooled} if self.is_sdxl else {})
 
-    def prepare_latents(self, batch: int, height: int, width: int, seed: int):
+    def prepare_latents(self, batch: int, height: int, width: int, seed: int, generator=None):
         """Gaussian noise as diffusers draws it: ``torch.randn`` on a CPU generator seeded with
-        ``seed`` (an integer in ``[0, 2**32)``, :func:`sdaccel.contract.check_seed`)."""
+        ``seed`` (an integer in ``[0, 2**32)``, :func:`sdaccel.contract.check_seed`), or drawn
+        from ``generator`` when given (which then goes on to the scheduler's steps)."""
         import torch
 
-        generator = torch.Generator().manual_seed(check_seed(seed))
+        if generator is None:
+            generator = torch.Generator().manual_seed(check_seed(seed))
         return torch.randn(self.latent_shape(batch, height, width), generator=generator, dtype=torch.float32)
 
     def decode(self, latents: np.ndarray) -> np.ndarray:
@@ -378,8 +418,9 @@ class OVPipeline:
         Args:
           prompts, negative_prompts, steps, guidance_scale, height, width: as in
             :func:`sdaccel.contract.check_inputs`; left out, they come from ``self.defaults``.
-          seed: an integer in ``[0, 2**32)``; seeds ``torch.randn`` for the initial noise of the
-            whole batch, as diffusers draws it (ignored when ``latents`` is given).
+          seed: an integer in ``[0, 2**32)``; seeds the ``torch.Generator`` that draws the initial
+            noise of the whole batch (unless ``latents`` is given) and then the noise a stochastic
+            scheduler (Euler ancestral, LCM) adds at each step, as diffusers draws them.
           latents: start from these (``[batch, 4, h/f, w/f]``, *before* ``init_noise_sigma``).
           callback: ``callback(step, timestep, latents)`` after every scheduler step.
           unet_input_callback: called with the dict of UNet inputs before every UNet call (to
@@ -398,7 +439,7 @@ class OVPipeline:
             prompts, negative_prompts, steps, guidance_scale, height, width, seed, defaults=self.defaults
         )
         if self.static is not None:
-            wanted = (request.batch, request.height, request.width, request.guided)
+            wanted = (request.batch, request.height, request.width, self.guided(request))
             have = (self.static.batch, self.static.height, self.static.width, self.static.guidance)
             if wanted != have:
                 raise ValueError(
@@ -420,6 +461,11 @@ class OVPipeline:
 
     __call__ = generate
 
+    def guided(self, request) -> bool:
+        """Whether a checked request runs classifier-free guidance (the doubled batch): a scale > 1,
+        and a UNet that does not take the scale as an embedding."""
+        return request.guided and not self.guidance_embedded
+
     def latent_shape(self, batch: int, height: int, width: int) -> tuple[int, int, int, int]:
         f = self.vae_scale_factor
         return (batch, self.unet_config["in_channels"], height // f, width // f)
@@ -428,18 +474,27 @@ class OVPipeline:
         import torch
 
         start = time.perf_counter()
-        guidance, height, width = request.guided, request.height, request.width
+        guidance, height, width = self.guided(request), request.height, request.width
         conditioning = self.encode_prompts(request.prompts, request.negative_prompts, guidance)
         batch = request.batch * (2 if guidance else 1)
         if self.is_sdxl:
             time_ids = np.array([height, width, 0, 0, height, width], np.float32)
             conditioning["time_ids"] = np.tile(time_ids, (batch, 1))
+        if self.guidance_embedded:
+            w = np.full((batch,), request.guidance_scale - 1, np.float32)
+            conditioning["timestep_cond"] = guidance_scale_embedding(
+                w, self.unet_config["time_cond_proj_dim"]
+            )
         encode_s = time.perf_counter() - start
 
         scheduler = self.scheduler_class.from_config(self.scheduler_config)  # fresh state per call
         scheduler.set_timesteps(request.steps)
+        # one generator for the initial latents and then the noise a stochastic scheduler (Euler
+        # ancestral, LCM) adds at each step, as diffusers passes its generator to step()
+        generator = torch.Generator().manual_seed(request.seed)
+        step_kwargs = {"generator": generator} if "generator" in signature(scheduler.step).parameters else {}
         if latents is None:
-            latents = self.prepare_latents(request.batch, height, width, request.seed)
+            latents = self.prepare_latents(request.batch, height, width, request.seed, generator)
         latents = torch.as_tensor(np.asarray(latents, np.float32)) * scheduler.init_noise_sigma
 
         unet_steps = []
@@ -463,7 +518,7 @@ class OVPipeline:
             if guidance:
                 uncond, text = noise.chunk(2)
                 noise = uncond + request.guidance_scale * (text - uncond)
-            latents = scheduler.step(noise, t, latents, return_dict=False)[0]
+            latents = scheduler.step(noise, t, latents, return_dict=False, **step_kwargs)[0]
             if callback is not None:
                 callback(step, int(t), latents.numpy())
 
@@ -485,6 +540,25 @@ class OVPipeline:
             vae_decoder_s=vae_decoder_s,
         )
         return GenerationResult(to_pil(array), array, timings, latents=latents.numpy())
+
+
+def diffusers_schedulers() -> set[str]:
+    """The names of diffusers' scheduler classes (what ``scheduler=`` may name beside the short names)."""
+    from diffusers import schedulers
+
+    return {name for name in dir(schedulers) if name.endswith("Scheduler") and name[0].isupper()}
+
+
+def guidance_scale_embedding(w: np.ndarray, dim: int) -> np.ndarray:
+    """(N,) guidance weights -> (N, dim) float32: the ``timestep_cond`` of an LCM UNet
+    (``w = guidance_scale - 1``), computed by diffusers' own ``get_guidance_scale_embedding``
+    (a method that uses nothing of its pipeline). The JAX track's is
+    :func:`sdaccel.models.unet.guidance_scale_embedding`."""
+    import torch
+    from diffusers import LatentConsistencyModelPipeline
+
+    w = torch.from_numpy(np.asarray(w, np.float32))
+    return LatentConsistencyModelPipeline.get_guidance_scale_embedding(None, w, embedding_dim=dim).numpy()
 
 
 def run_diffusers(

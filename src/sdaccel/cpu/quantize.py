@@ -393,14 +393,20 @@ class CalibrationSet:
 
     Iterating it loads one sample at a time, so NNCF's several passes over the data never hold
     more than one sample in memory, and the set can be handed to a child process by its path.
+    ``names`` keeps only those arrays of each sample (one part's inputs, when quantizing in parts),
+    ``limit`` only the first samples.
     """
 
-    def __init__(self, folder: str | os.PathLike):
+    def __init__(
+        self, folder: str | os.PathLike, names: Sequence[str] | None = None, limit: int | None = None
+    ):
         self.folder = Path(folder)
+        self.names = None if names is None else list(names)
+        self.limit = limit
 
     @property
     def files(self) -> list[Path]:
-        return sorted(self.folder.glob("sample_*.npz"))
+        return sorted(self.folder.glob("sample_*.npz"))[: self.limit]
 
     def __len__(self) -> int:
         return len(self.files)
@@ -408,7 +414,7 @@ class CalibrationSet:
     def __iter__(self) -> Iterator[dict[str, np.ndarray]]:
         for path in self.files:
             with np.load(path) as npz:
-                yield {name: npz[name] for name in npz.files}
+                yield {name: npz[name] for name in (npz.files if self.names is None else self.names)}
 
     def write(self, index: int, sample: dict[str, np.ndarray]) -> None:
         self.folder.mkdir(parents=True, exist_ok=True)
@@ -606,6 +612,9 @@ def quantize_ir(
     calibration: str | os.PathLike | None = None,
     subset_size: int = 200,
     log_level: int = logging.WARNING,
+    *,
+    parts: int | None = None,
+    max_memory_gb: float | None = None,
     **knobs,
 ) -> dict:
     """Read an IR, apply one of :data:`VARIANTS`, save the result: the unit of work that
@@ -620,6 +629,11 @@ def quantize_ir(
     Before any work: the variant, the source IR, the calibration data (:func:`check_calibration`)
     and that ``dst_xml``'s folder can be written are checked. The IR is saved under a temporary
     name and renamed into place, so a failure never leaves a half-written ``dst_xml``.
+
+    ``max_memory_gb`` chooses the number of parts (:func:`parts_for_budget`), or ``parts`` sets it.
+    With either, the work goes to :func:`quantize_in_parts`: each step in a child process watched
+    at ``max_memory_gb`` (the calibration must then be a folder), one part at a time, or the whole
+    UNet in one child when one part fits. With neither, the UNet is quantized here, in one piece.
     """
     import nncf
 
@@ -629,6 +643,18 @@ def quantize_ir(
     if not Path(src_xml).is_file():
         raise FileNotFoundError(f"No IR at {src_xml}: export the UNet first (sdaccel.cpu.export).")
     check_writable(Path(dst_xml).parent)
+    if max_memory_gb is not None or (parts is not None and parts != 1):
+        return quantize_in_parts(
+            src_xml,
+            dst_xml,
+            variant,
+            data,
+            parts_for_budget(src_xml, variant, max_memory_gb) if parts is None else parts,
+            subset_size,
+            memory_limit_gb=max_memory_gb,
+            log_level=log_level,
+            **knobs,
+        )
     nncf.set_log_level(log_level)
     start = time.perf_counter()
     model = quantize_variant(read_model(src_xml), variant, data, subset_size, **knobs)
@@ -636,9 +662,279 @@ def quantize_ir(
     save_ir(model, Path(dst_xml), compress_to_fp16=False)
     return {
         "variant": variant,
+        "parts": 1,
         "seconds": time.perf_counter() - start,
         "size_bytes": ir_size_bytes(dst_xml),
         **describe_ir(model),
+    }
+
+
+# ----------------------------------------------------------------------------------------------
+# Quantizing in parts
+# ----------------------------------------------------------------------------------------------
+
+#: Peak resident memory of quantizing a UNet (or one part of it): GiB per GiB of its f32 weights,
+#: plus a fixed part (the runtime, a calibration step's activations and statistics, the crossing
+#: tensors): what :func:`parts_for_budget` uses to choose the number of parts. Fitted to the real
+#: SD 1.5 and SDXL UNet architectures at 64x64 latents, batch 2, from the f32 IR
+#: (``benchmarks/bench_quantize_parts.py``; ``benchmarks/results/quantize_parts_*.json``): full
+#: INT8 with SmoothQuant peaked at 12.5 GiB in one piece (3.2 GiB of weights) and at 6.1 GiB for
+#: its largest part (1.1 GiB, the high-resolution up blocks). Larger latents need more.
+PEAK_PER_WEIGHT_BYTE = {"int8_weights": 1.0, "hybrid": 2.0, "full_int8": 3.1}
+PEAK_FIXED_GB = 2.7
+
+
+def default_budget_gb(fraction: float = 0.75) -> float:
+    """A memory budget for quantizing: ``fraction`` of the memory available now (what the other
+    programs leave), in GiB."""
+    import psutil
+
+    return round(fraction * psutil.virtual_memory().available / 2**30, 1)
+
+
+def estimate_peak_gb(variant: str, weight_bytes: int) -> float:
+    """The peak RSS (GiB) that quantizing ``weight_bytes`` of f32 weights with ``variant`` is
+    expected to reach (:data:`PEAK_PER_WEIGHT_BYTE`)."""
+    return PEAK_PER_WEIGHT_BYTE[variant] * weight_bytes / 2**30 + PEAK_FIXED_GB
+
+
+def parts_for_budget(src_xml: str | os.PathLike, variant: str, max_memory_gb: float) -> int:
+    """The fewest parts whose largest one is expected to quantize within ``max_memory_gb``
+    (:func:`estimate_peak_gb`); an error naming the smallest budget that can work when even one
+    block per part would not fit."""
+    from sdaccel.cpu import ir_parts
+
+    model = read_model(src_xml)
+    blocks = len(ir_parts.units(model))
+    for parts in range(1, blocks + 1):
+        plan = ir_parts.plan_parts(model, parts)
+        if estimate_peak_gb(variant, max(plan.weight_bytes)) <= max_memory_gb:
+            return parts
+    raise ValueError(
+        f"{variant} of {src_xml} is expected to need {estimate_peak_gb(variant, max(plan.weight_bytes)):.1f} GiB "
+        f"even with one block per part ({blocks} parts), above max_memory_gb={max_memory_gb}: "
+        "raise the budget, or use int8_weights, which needs the least."
+    )
+
+
+def cut_ir(src_xml: str, folder: str, parts: int) -> dict:
+    """Child-process unit: cut the IR at ``src_xml`` into ``parts`` (:mod:`sdaccel.cpu.ir_parts`),
+    save each as ``part_<k>.xml`` (f32, as read) in ``folder``, and return the plan as a dict."""
+    from sdaccel.cpu import ir_parts
+    from sdaccel.cpu.export import save_ir
+
+    model = read_model(src_xml)
+    inputs = [p.get_friendly_name() for p in model.get_parameters()]
+    plan = ir_parts.plan_parts(model, parts)
+    for k, part in enumerate(ir_parts.cut(model, plan)):
+        save_ir(part, Path(folder) / f"part_{k}.xml", compress_to_fp16=False)
+    return {**plan.as_dict(), "model_inputs": inputs}
+
+
+def quantize_part(
+    part_xml: str,
+    out_xml: str,
+    variant: str,
+    state: str | None,
+    inputs: list[str],
+    subset_size: int,
+    next_state: str | None,
+    keep: list[str],
+    log_level: int,
+    knobs: dict,
+) -> dict:
+    """Child-process unit: quantize one part with ``variant`` on its inputs read from the sample
+    files in ``state``, save it at ``out_xml``; then, with ``next_state``, run the *float* part on
+    every sample and write the next state: those tensors of ``keep`` (what later parts read) that
+    this state or the part's outputs hold."""
+    import gc
+
+    import nncf
+    import openvino as ov
+
+    from sdaccel.cpu import ir_parts
+    from sdaccel.cpu.export import save_ir
+
+    nncf.set_log_level(log_level)
+    start = time.perf_counter()
+    data = None if state is None else CalibrationSet(state, names=inputs, limit=subset_size)
+    model = quantize_variant(read_model(part_xml), variant, data, subset_size, **knobs)
+    save_ir(model, Path(out_xml), compress_to_fp16=False)
+    del model
+    gc.collect()
+    seconds = time.perf_counter() - start
+    if next_state is None:
+        return {"quantize_s": seconds, "propagate_s": 0.0}
+    start = time.perf_counter()
+    compiled = ov.Core().compile_model(read_model(part_xml), "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
+    request = compiled.create_infer_request()
+    Path(next_state).mkdir(parents=True, exist_ok=True)
+    for path in sorted(Path(state).glob("sample_*.npz"))[:subset_size]:
+        with np.load(path) as npz:
+            values = {name: npz[name] for name in npz.files}
+        request.infer({name: values[name] for name in inputs})
+        for output in compiled.outputs:
+            values[ir_parts.tensor_name(output)] = np.array(request.get_tensor(output).data, copy=True)
+        np.savez(Path(next_state) / path.name, **{name: values[name] for name in keep if name in values})
+    return {"quantize_s": seconds, "propagate_s": time.perf_counter() - start}
+
+
+def stitch_ir(folder: str, parts: int, inputs: list[str], dst_xml: str) -> dict:
+    """Child-process unit: join ``quant_<k>.xml`` of ``folder`` into one IR at ``dst_xml``."""
+    from sdaccel.cpu import ir_parts
+    from sdaccel.cpu.export import save_ir
+
+    models = [read_model(Path(folder) / f"quant_{k}.xml") for k in range(parts)]
+    model = ir_parts.stitch(models, inputs)
+    save_ir(model, Path(dst_xml), compress_to_fp16=False)
+    return describe_ir(model)
+
+
+def quantize_in_parts(
+    src_xml: str | os.PathLike,
+    dst_xml: str | os.PathLike,
+    variant: str,
+    calibration: str | os.PathLike | None = None,
+    parts: int = 2,
+    subset_size: int = 200,
+    *,
+    memory_limit_gb: float | None = None,
+    isolate: bool = True,
+    log_level: int = logging.WARNING,
+    **knobs,
+) -> dict:
+    """:func:`quantize_ir`, one part of the UNet at a time: the same recipe, with a peak memory set
+    by the largest part instead of the whole model.
+
+    1. The IR is cut at block boundaries into ``parts`` parts of about equal weight bytes
+       (:mod:`sdaccel.cpu.ir_parts`; skip connections, the timestep and text embeddings cross the
+       cuts as extra inputs of the later parts).
+    2. Part ``k`` is quantized on its own inputs: for part 0, the UNet's calibration inputs; for
+       the others, the tensors crossing into them, which the *float* parts before them computed
+       from the same calibration inputs (exactly what one-shot NNCF sees at those layers). They are
+       streamed to disk one sample at a time and replaced part after part, never all in memory.
+    3. The quantized parts are stitched back into one IR with the UNet's inputs and outputs.
+
+    Each step runs in a child process (:func:`sdaccel.processes.run_with_memory_limit`, stopped
+    above ``memory_limit_gb`` of anonymous RSS), so nothing stays resident between parts
+    (``isolate=False`` runs them here instead, one after the other: for small models, where
+    starting a process costs more than the step, and peaks are not measured). The
+    working files (the f32 parts, their calibration inputs) live in a hidden folder beside
+    ``dst_xml`` and are deleted at the end, also on failure; ``dst_xml`` is written only at the end.
+
+    ``parts=1`` quantizes the whole UNet in one child (stage ``whole``), as :func:`quantize_ir`
+    would: the one-shot result, watched like the parts.
+
+    Returns what :func:`quantize_ir` returns, plus the ``plan`` (blocks, weight bytes and crossing
+    tensors of each part; not for one part) and ``stages``: peak RSS, peak anonymous RSS and
+    seconds of each child (``cut``, ``part <k>``, ``stitch``), with their maxima in
+    ``peak_rss_bytes`` and ``peak_anon_bytes``.
+    """
+    import shutil
+    import tempfile
+
+    from sdaccel.processes import run_with_memory_limit
+
+    data = check_calibration(calibration, variant)
+    if not Path(src_xml).is_file():
+        raise FileNotFoundError(f"No IR at {src_xml}: export the UNet first (sdaccel.cpu.export).")
+    if not isinstance(parts, int) or parts < 1:
+        raise ValueError(f"parts must be a whole number >= 1, got {parts!r}.")
+    if variant == "int8_weights":
+        data = None  # no calibration: every part is compressed on its own
+    elif not isinstance(data, CalibrationSet):
+        raise TypeError(
+            "Quantizing in parts reads the calibration inputs from disk: pass the folder that "
+            "collect_unet_inputs(..., out_dir=...) wrote, not samples in memory."
+        )
+    dst = Path(dst_xml)
+    check_writable(dst.parent)
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix=f".{dst.stem}-parts-", dir=dst.parent))
+    stages: list[dict] = []
+
+    def child(stage: str, fn, *args, **kwargs):
+        if not isolate:
+            tick = time.perf_counter()
+            result = fn(*args, **kwargs)
+            stages.append(
+                {
+                    "stage": stage,
+                    "peak_rss_bytes": 0,
+                    "peak_anon_bytes": 0,
+                    "seconds": time.perf_counter() - tick,
+                }
+            )
+            return result
+        run = run_with_memory_limit(fn, *args, limit_gb=memory_limit_gb, **kwargs)
+        stages.append(
+            {
+                "stage": stage,
+                "peak_rss_bytes": run.peak_rss_bytes,
+                "peak_anon_bytes": run.peak_anon_bytes,
+                "seconds": run.seconds,
+            }
+        )
+        if not run.ok:
+            raise RuntimeError(
+                f"Quantizing {src_xml} in {parts} parts failed at {stage}: {run.error}. "
+                + ("Use more parts (or raise memory_limit_gb)." if "limit" in str(run.error) else "")
+            )
+        return run.result
+
+    start = time.perf_counter()
+    if parts == 1:  # in one piece, in one watched child
+        work.rmdir()
+        calib = None if data is None else str(data.folder)
+        result = child(
+            "whole", quantize_ir, str(src_xml), str(dst), variant, calib, subset_size, log_level, **knobs
+        )
+        return {
+            **result,
+            "seconds": time.perf_counter() - start,
+            "stages": stages,
+            "peak_rss_bytes": stages[0]["peak_rss_bytes"],
+            "peak_anon_bytes": stages[0]["peak_anon_bytes"],
+        }
+    try:
+        plan = child("cut", cut_ir, str(src_xml), str(work), parts)
+        n = plan["parts"]
+        state = None if data is None else str(data.folder)
+        for k in range(n):
+            later = {name for inputs in plan["inputs"][k + 1 :] for name in inputs}
+            next_state = str(work / f"state_{k + 1}") if state is not None and k + 1 < n else None
+            child(
+                f"part {k}",
+                quantize_part,
+                str(work / f"part_{k}.xml"),
+                str(work / f"quant_{k}.xml"),
+                variant,
+                state,
+                plan["inputs"][k],
+                subset_size,
+                next_state,
+                sorted(later),
+                log_level,
+                knobs,
+            )
+            if state is not None and k > 0:
+                shutil.rmtree(state)  # part k's inputs are no longer needed
+            (work / f"part_{k}.xml").unlink()
+            (work / f"part_{k}.bin").unlink()
+            state = next_state
+        counts = child("stitch", stitch_ir, str(work), n, plan["model_inputs"], str(dst))
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return {
+        "variant": variant,
+        "parts": n,
+        "seconds": time.perf_counter() - start,
+        "size_bytes": ir_size_bytes(dst),
+        **counts,
+        "plan": plan,
+        "stages": stages,
+        "peak_rss_bytes": max(s["peak_rss_bytes"] for s in stages),
+        "peak_anon_bytes": max(s["peak_anon_bytes"] for s in stages),
     }
 
 

@@ -6,6 +6,7 @@ Given a noisy latent ``sample``, the diffusion ``timestep`` and the text encoder
 
     timestep ─ sinusoidal embedding ─ time_embedding (MLP) ─┐
     (SDXL) pooled text + size/crop ids ─ add_embedding ─────┴─ temb (added inside every ResNet)
+    (LCM) guidance scale ─ sinusoidal embedding ─ cond_proj ─ added before time_embedding's MLP
 
     sample ─ conv_in ─ down_blocks ─ mid_block ─ up_blocks ─ norm, SiLU, conv_out ─ noise
                             │                       ▲
@@ -131,7 +132,6 @@ class UNetConfig:
             "time_embedding_type": (("positional",), "score-SDE style Fourier timestep embeddings"),
             "time_embedding_act_fn": ((None,), "UnCLIP"),
             "timestep_post_act": ((None,), "other UNet families"),
-            "time_cond_proj_dim": ((None,), "latent consistency (LCM) UNets"),
             "dual_cross_attention": ((False,), "Versatile Diffusion"),
             "attention_type": (("default",), "GLIGEN"),
             "class_embeddings_concat": ((False,), "class-conditional UNets"),
@@ -239,15 +239,42 @@ def timestep_embedding(
     return jnp.pad(emb, ((0, 0), (0, dim % 2)))
 
 
+def guidance_scale_embedding(w, dim: int):
+    """diffusers' ``get_guidance_scale_embedding`` (from VDM): (N,) guidance weights -> (N, dim)
+    sinusoids of ``1000 w``, in float32: the ``timestep_cond`` of a guidance-distilled (LCM) UNet.
+
+    Frequency ``i`` is ``10000 ** (-i / (dim // 2 - 1))``; the first half is ``sin``, the second
+    ``cos`` (zero-padded when ``dim`` is odd). The pipelines pass ``w = guidance_scale - 1``.
+    """
+    half = dim // 2
+    # float32 in diffusers' order: the angles reach ~1e4 rad, where a different rounding of the
+    # frequencies would show in the sines
+    step = jnp.log(jnp.float32(10000.0)) / (half - 1)
+    angles = (jnp.asarray(w, jnp.float32) * 1000.0)[:, None] * jnp.exp(
+        jnp.arange(half, dtype=jnp.float32) * -step
+    )
+    emb = jnp.concatenate([jnp.sin(angles), jnp.cos(angles)], axis=-1)
+    return jnp.pad(emb, ((0, 0), (0, dim % 2)))
+
+
 class TimestepEmbedding(nnx.Module):
     """Linear -> SiLU -> Linear, used for the timestep (``time_embedding``) and for SDXL's
-    pooled-text + size conditioning (``add_embedding``)."""
+    pooled-text + size conditioning (``add_embedding``).
 
-    def __init__(self, in_features: int, features: int, *, rngs: nnx.Rngs):
+    With ``cond_proj_dim`` (LCM UNets' ``time_cond_proj_dim``), a bias-free ``cond_proj`` maps a
+    condition (the guidance-scale embedding) to ``in_features``, added to the input first.
+    """
+
+    def __init__(self, in_features: int, features: int, *, cond_proj_dim: int | None = None, rngs: nnx.Rngs):
         self.linear_1 = nnx.Linear(in_features, features, rngs=rngs)
         self.linear_2 = nnx.Linear(features, features, rngs=rngs)
+        self.cond_proj = (
+            nnx.Linear(cond_proj_dim, in_features, use_bias=False, rngs=rngs) if cond_proj_dim else None
+        )
 
-    def __call__(self, x):
+    def __call__(self, x, condition=None):
+        if condition is not None:
+            x = x + self.cond_proj(condition)
         return self.linear_2(jax.nn.silu(self.linear_1(x)))
 
 
@@ -551,6 +578,10 @@ class UNet2DConditionModel(nnx.Module):
     * SDXL (``addition_embed_type == "text_time"``) also needs ``text_embeds`` (B, pooled_dim), the
       pooled output of the second text encoder, and ``time_ids`` (B, 6): original size, crop
       top-left and target size, each (height, width).
+    * A guidance-distilled (LCM) UNet, whose config has ``time_cond_proj_dim``, takes
+      ``timestep_cond`` (B or 1, time_cond_proj_dim), the :func:`guidance_scale_embedding` of
+      ``guidance_scale - 1``, projected and added to the timestep embedding (as in diffusers, it
+      may be left out: then the UNet runs as if it had no projection).
 
     The network computes in the dtype of its weights (load with ``dtype=jnp.bfloat16`` for bf16)
     and returns (B, H, W, out_channels) in the dtype of ``sample``.
@@ -580,7 +611,9 @@ class UNet2DConditionModel(nnx.Module):
             )
 
         self.conv_in = conv(cfg.in_channels, channels[0], cfg.conv_in_kernel, rngs)
-        self.time_embedding = TimestepEmbedding(channels[0], temb_dim, rngs=rngs)
+        self.time_embedding = TimestepEmbedding(
+            channels[0], temb_dim, cond_proj_dim=cfg.time_cond_proj_dim, rngs=rngs
+        )
         if cfg.addition_embed_type == "text_time":
             self.add_embedding = TimestepEmbedding(
                 cfg.projection_class_embeddings_input_dim, temb_dim, rngs=rngs
@@ -616,12 +649,20 @@ class UNet2DConditionModel(nnx.Module):
         """The dtype the network computes in: that of its weights."""
         return self.conv_in.kernel.get_value().dtype
 
-    def time_embed(self, timestep, batch: int, text_embeds=None, time_ids=None):
+    def time_embed(self, timestep, batch: int, text_embeds=None, time_ids=None, timestep_cond=None):
         """The (B, time_embed_dim) conditioning vector that every ResNet receives."""
         cfg = self.config
         t = jnp.broadcast_to(jnp.asarray(timestep), (batch,))
         t_emb = timestep_embedding(t, cfg.block_out_channels[0], cfg.flip_sin_to_cos, cfg.freq_shift)
-        emb = self.time_embedding(t_emb.astype(self.dtype))
+        if timestep_cond is not None:
+            if cfg.time_cond_proj_dim is None:
+                raise ValueError(
+                    "timestep_cond was given, but this UNet's config has no time_cond_proj_dim "
+                    "(only guidance-distilled LCM UNets take it): leave it out."
+                )
+            timestep_cond = jnp.broadcast_to(jnp.asarray(timestep_cond), (batch, cfg.time_cond_proj_dim))
+            timestep_cond = timestep_cond.astype(self.dtype)
+        emb = self.time_embedding(t_emb.astype(self.dtype), timestep_cond)
         if cfg.addition_embed_type == "text_time":
             if text_embeds is None or time_ids is None:
                 raise ValueError(
@@ -641,7 +682,9 @@ class UNet2DConditionModel(nnx.Module):
             emb = emb + self.add_embedding(add.astype(self.dtype))
         return emb
 
-    def __call__(self, sample, timestep, encoder_hidden_states, text_embeds=None, time_ids=None):
+    def __call__(
+        self, sample, timestep, encoder_hidden_states, text_embeds=None, time_ids=None, timestep_cond=None
+    ):
         cfg = self.config
         if sample.ndim != 4 or sample.shape[-1] != cfg.in_channels:
             raise ValueError(f"sample must be NHWC (B, H, W, {cfg.in_channels}), got shape {sample.shape}.")
@@ -652,7 +695,7 @@ class UNet2DConditionModel(nnx.Module):
             x = 2 * x - 1.0
 
         with jax.named_scope("time_embedding"):
-            temb = self.time_embed(timestep, x.shape[0], text_embeds, time_ids)
+            temb = self.time_embed(timestep, x.shape[0], text_embeds, time_ids, timestep_cond)
 
         x = self.conv_in(x)
         skips = [x]

@@ -1,0 +1,643 @@
+"""LoRA adapters (sdaccel.lora): reading both layouts, fusing into the JAX pipeline, parity with
+diffusers' ``load_lora_weights`` + ``fuse_lora``, unfusing, and the errors.
+
+The adapters are made here with peft on the trained tiny checkpoints (random, non-zero factors
+on the UNet's attention, feed-forward, resnet convolutions (3x3 and 1x1), embeddings and
+samplers, and on every text encoder's attention and MLP), saved with diffusers'
+``save_lora_weights`` (the diffusers/peft layout with peft's config as metadata), and written
+again in the kohya layout by :func:`sdaccel.lora.save_kohya`, also with SDXL's SGM names.
+"""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from sdaccel import lora
+from sdaccel.checkpoint import torch_key
+from sdaccel.pipeline import Pipeline, initial_noise
+
+torch = pytest.importorskip("torch")
+diffusers = pytest.importorskip("diffusers")
+peft = pytest.importorskip("peft")
+
+REPO_CHECKPOINTS = {"sdxl": "checkpoints/tiny-shapes-sdxl", "sd15": "checkpoints/tiny-shapes-sd15"}
+PIPELINES = {"sdxl": "StableDiffusionXLPipeline", "sd15": "StableDiffusionPipeline"}
+UNET_TARGETS = [
+    "to_q",
+    "to_k",
+    "to_v",
+    "to_out.0",
+    "proj_in",
+    "proj_out",
+    "ff.net.2",
+    "conv1",
+    "conv2",
+    "conv_shortcut",
+    "time_emb_proj",
+    "conv",  # the down- and upsamplers
+    "conv_in",
+    "conv_out",
+    "time_embedding.linear_1",
+    "add_embedding.linear_2",
+]
+TEXT_TARGETS = ["q_proj", "k_proj", "v_proj", "out_proj", "fc1", "fc2"]
+UNET_RANK, UNET_ALPHA, TEXT_RANK, TEXT_ALPHA = 4, 8, 2, 1
+SCALE = 0.7
+SIZE, PROMPTS = 64, ["a red circle on a blue background", "a green square"]
+
+
+def _checkpoint(kind):
+    from pathlib import Path
+
+    return str(Path(__file__).resolve().parents[1] / REPO_CHECKPOINTS[kind])
+
+
+def _torch_pipeline(kind):
+    return getattr(diffusers, PIPELINES[kind]).from_pretrained(_checkpoint(kind), dtype=torch.float32)
+
+
+def _make_lora(kind, folder):
+    """A peft LoRA on every UNet and text-encoder target, saved by diffusers; returns its file and
+    the deltas peft computes (``get_delta_weight``), by (component, module)."""
+    from peft import LoraConfig, inject_adapter_in_model
+    from peft.utils import get_peft_model_state_dict
+
+    torch.manual_seed(0)
+    pipe = _torch_pipeline(kind)
+    ucfg = LoraConfig(
+        r=UNET_RANK, lora_alpha=UNET_ALPHA, init_lora_weights=False, target_modules=UNET_TARGETS
+    )
+    tcfg = LoraConfig(
+        r=TEXT_RANK, lora_alpha=TEXT_ALPHA, init_lora_weights=False, target_modules=TEXT_TARGETS
+    )
+    pipe.unet.add_adapter(ucfg)
+    encoders = {"text_encoder": pipe.text_encoder}
+    if kind == "sdxl":
+        encoders["text_encoder_2"] = pipe.text_encoder_2
+    for model in encoders.values():
+        inject_adapter_in_model(tcfg, model)  # transformers' add_adapter wants peft >= 0.22
+    with torch.no_grad():  # small updates, so the pictures stay pictures
+        for model in [pipe.unet, *encoders.values()]:
+            for name, param in model.named_parameters():
+                if "lora_B" in name:
+                    param.mul_(0.3)
+    deltas = {}
+    for component, model in {"unet": pipe.unet, **encoders}.items():
+        for name, module in model.named_modules():
+            if isinstance(module, peft.tuners.lora.LoraLayer):
+                with torch.no_grad():
+                    deltas[(component, name)] = module.get_delta_weight("default").numpy()
+    kwargs = {
+        "unet_lora_layers": get_peft_model_state_dict(pipe.unet),
+        "unet_lora_adapter_metadata": ucfg.to_dict(),
+        "text_encoder_lora_layers": get_peft_model_state_dict(pipe.text_encoder),
+        "text_encoder_lora_adapter_metadata": tcfg.to_dict(),
+    }
+    if kind == "sdxl":
+        kwargs["text_encoder_2_lora_layers"] = get_peft_model_state_dict(pipe.text_encoder_2)
+        kwargs["text_encoder_2_lora_adapter_metadata"] = tcfg.to_dict()
+    type(pipe).save_lora_weights(str(folder), **kwargs)
+    return folder / "pytorch_lora_weights.safetensors", deltas
+
+
+@pytest.fixture(scope="module")
+def ours():
+    return {
+        kind: Pipeline.from_pretrained(_checkpoint(kind), dtype=jnp.float32, progress=False)
+        for kind in PIPELINES
+    }
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory, ours):
+    """kind -> {"diffusers", "kohya", ("sgm" for SDXL)}: paths; and the peft deltas."""
+    out = {}
+    for kind in PIPELINES:
+        folder = tmp_path_factory.mktemp(f"lora-{kind}")
+        path, deltas = _make_lora(kind, folder)
+        resolved = lora.read_lora(path).resolve(lora.lora_targets(ours[kind]))
+        out[kind] = {"diffusers": path, "deltas": deltas}
+        out[kind]["kohya"] = lora.save_kohya(resolved, folder / "kohya.safetensors", sdxl=kind == "sdxl")
+        if kind == "sdxl":
+            out[kind]["sgm"] = lora.save_kohya(
+                resolved,
+                folder / "sgm.safetensors",
+                sdxl=True,
+                unet_modules=lora.lora_targets(ours[kind])["unet"],
+            )
+    return out
+
+
+def _kernels(pipe) -> dict[str, np.ndarray]:
+    """Every kernel of the UNet and text encoders, by component.module, copied to the host."""
+    out = {}
+    for component, state in lora._states(pipe).items():
+        for path, variable in nnx.to_flat_state(state):
+            if str(path[-1]) == "kernel":
+                out[f"{component}.{torch_key(path)}"] = np.array(variable.get_value())
+    return out
+
+
+# ----------------------------------------------------------------------------------------------
+# Reading
+# ----------------------------------------------------------------------------------------------
+
+
+def test_read_diffusers_layout_matches_peft_deltas(files):
+    adapter = lora.read_lora(files["sdxl"]["diffusers"])
+    assert adapter.layout == "diffusers"
+    deltas = files["sdxl"]["deltas"]
+    assert len(adapter) == len(deltas) > 100
+    # alpha and rank from peft's config in the file's metadata: 8 / 4 for the UNet, 1 / 2 for text
+    unet = adapter.layers["unet"]
+    assert {(layer.rank, layer.scale) for layer in unet.values()} == {(UNET_RANK, UNET_ALPHA / UNET_RANK)}
+    for component in ("text_encoder", "text_encoder_2"):
+        scales = {layer.scale for layer in adapter.layers[component].values()}
+        assert scales == {TEXT_ALPHA / TEXT_RANK}
+    # 3x3 and 1x1 convolution LoRAs, and linear ones
+    kinds = {tuple(layer.down.shape[2:]) for layer in unet.values()}
+    assert kinds == {(), (1, 1), (3, 3)}
+    for (component, module), expected in deltas.items():
+        got = adapter.layers[component][module].delta()  # the file's names, as peft's
+        np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6, err_msg=f"{component}.{module}")
+
+
+@pytest.mark.parametrize("layout", ["kohya", "sgm"])
+def test_kohya_layouts_resolve_to_the_diffusers_adapter(files, ours, layout):
+    targets = lora.lora_targets(ours["sdxl"])
+    reference = lora.read_lora(files["sdxl"]["diffusers"]).resolve(targets)
+    adapter = lora.read_lora(files["sdxl"][layout])
+    assert adapter.layout == "kohya"
+    assert all(name.startswith(lora.KOHYA) for layers in adapter.layers.values() for name in layers)
+    resolved = adapter.resolve(targets)
+    assert {c: sorted(v) for c, v in resolved.layers.items()} == {
+        c: sorted(v) for c, v in reference.layers.items()
+    }
+    for component, layers in reference.layers.items():
+        for module, layer in layers.items():
+            np.testing.assert_array_equal(resolved.layers[component][module].delta(), layer.delta())
+
+
+def test_sgm_names_of_sdxl():
+    names = lora.sgm_names(
+        [
+            "conv_in",
+            "down_blocks.1.resnets.1.conv1",
+            "down_blocks.1.attentions.0.transformer_blocks.0.attn1.to_q",
+            "down_blocks.0.downsamplers.0.conv",
+            "down_blocks.0.resnets.0.conv1",
+            "mid_block.resnets.1.time_emb_proj",
+            "mid_block.attentions.0.proj_in",
+            "up_blocks.0.attentions.2.proj_out",
+            "up_blocks.0.upsamplers.0.conv",
+            "up_blocks.2.resnets.1.conv_shortcut",
+            "up_blocks.1.upsamplers.0.conv",
+            "up_blocks.1.attentions.0.proj_in",
+            "down_blocks.0.resnets.1.conv2",
+            "up_blocks.2.resnets.2.conv1",
+            "add_embedding.linear_1",
+        ]
+    )
+    # SDXL's layout: 2 layers per block (from down_blocks.0's resnets), attention in up blocks 0
+    # and 1 (kohya's names for the real SDXL: lora_unet_input_blocks_4_1_transformer_blocks_0_attn1_to_q)
+    assert names == {
+        "conv_in": "input_blocks.0.0",
+        "down_blocks.1.resnets.1.conv1": "input_blocks.5.0.in_layers.2",
+        "down_blocks.1.attentions.0.transformer_blocks.0.attn1.to_q": "input_blocks.4.1.transformer_blocks.0.attn1.to_q",
+        "down_blocks.0.downsamplers.0.conv": "input_blocks.3.0.op",
+        "down_blocks.0.resnets.0.conv1": "input_blocks.1.0.in_layers.2",
+        "mid_block.resnets.1.time_emb_proj": "middle_block.2.emb_layers.1",
+        "mid_block.attentions.0.proj_in": "middle_block.1.proj_in",
+        "up_blocks.0.attentions.2.proj_out": "output_blocks.2.1.proj_out",
+        "up_blocks.0.upsamplers.0.conv": "output_blocks.2.2.conv",
+        "up_blocks.2.resnets.1.conv_shortcut": "output_blocks.7.0.skip_connection",
+        "up_blocks.1.upsamplers.0.conv": "output_blocks.5.2.conv",
+        "up_blocks.1.attentions.0.proj_in": "output_blocks.3.1.proj_in",
+        "down_blocks.0.resnets.1.conv2": "input_blocks.2.0.out_layers.3",
+        "up_blocks.2.resnets.2.conv1": "output_blocks.8.0.in_layers.2",
+        "add_embedding.linear_1": "label_emb.0.0",
+    }
+
+
+def test_old_diffusers_names(tmp_path):
+    from safetensors.numpy import save_file
+
+    rng = np.random.default_rng(0)
+    down, up = rng.standard_normal((2, 8), np.float32), rng.standard_normal((8, 2), np.float32)
+    tensors = {
+        "unet.mid_block.attentions.0.transformer_blocks.0.attn1.processor.to_out_lora.down.weight": down,
+        "unet.mid_block.attentions.0.transformer_blocks.0.attn1.processor.to_out_lora.up.weight": up,
+        "unet.mid_block.attentions.0.proj_in.lora.down.weight": down,
+        "unet.mid_block.attentions.0.proj_in.lora.up.weight": up,
+        "unet.mid_block.attentions.0.proj_in.alpha": np.asarray(1.0, np.float32),
+        "text_encoder.text_model.encoder.layers.0.self_attn.to_k_lora.down.weight": down,
+        "text_encoder.text_model.encoder.layers.0.self_attn.to_k_lora.up.weight": up,
+        "text_encoder.text_model.encoder.layers.0.mlp.fc1.lora_linear_layer.down.weight": down,
+        "text_encoder.text_model.encoder.layers.0.mlp.fc1.lora_linear_layer.up.weight": up,
+    }
+    save_file(tensors, str(tmp_path / "old.safetensors"))
+    adapter = lora.read_lora(tmp_path / "old.safetensors")
+    assert sorted(adapter.layers["unet"]) == [
+        "mid_block.attentions.0.proj_in",
+        "mid_block.attentions.0.transformer_blocks.0.attn1.to_out.0",
+    ]
+    assert adapter.layers["unet"]["mid_block.attentions.0.proj_in"].scale == 0.5  # alpha 1, rank 2
+    assert adapter.layers["unet"]["mid_block.attentions.0.transformer_blocks.0.attn1.to_out.0"].scale == 1.0
+    assert sorted(adapter.layers["text_encoder"]) == [
+        "text_model.encoder.layers.0.mlp.fc1",
+        "text_model.encoder.layers.0.self_attn.k_proj",
+    ]
+    np.testing.assert_allclose(
+        adapter.layers["unet"]["mid_block.attentions.0.proj_in"].delta(2.0), up @ down, rtol=1e-6
+    )
+
+
+# ----------------------------------------------------------------------------------------------
+# Fusing: parity with diffusers
+# ----------------------------------------------------------------------------------------------
+
+
+def _reference_images(kind, lora_path, latents, scale):
+    pipe = _torch_pipeline(kind)
+    pipe.load_lora_weights(str(lora_path))
+    pipe.fuse_lora(lora_scale=scale)
+    with torch.no_grad():
+        out = pipe(
+            prompt=PROMPTS,
+            num_inference_steps=3,
+            guidance_scale=5.0,
+            height=SIZE,
+            width=SIZE,
+            latents=torch.from_numpy(latents.transpose(0, 3, 1, 2).copy()),
+            output_type="np",
+        )
+    return out.images
+
+
+def _generate(pipe):
+    return pipe.generate(PROMPTS, steps=3, guidance_scale=5.0, height=SIZE, width=SIZE, seed=0).array
+
+
+@pytest.mark.parametrize(
+    ("kind", "layout", "reference"),
+    [
+        ("sdxl", "diffusers", "diffusers"),
+        ("sdxl", "sgm", "sgm"),
+        # diffusers reads kohya files with diffusers names all but add_embedding.linear_2 (see
+        # test_diffusers_reads_our_kohya_files), so the reference is the same adapter's diffusers file
+        ("sdxl", "kohya", "diffusers"),
+        ("sd15", "diffusers", "diffusers"),
+        ("sd15", "kohya", "kohya"),
+    ],
+)
+def test_fused_images_match_diffusers_and_unfuse_restores(ours, files, kind, layout, reference):
+    pipe = ours[kind]
+    before = _kernels(pipe)
+    base = _generate(pipe)
+    latents = np.asarray(initial_noise(0, jnp.arange(len(PROMPTS)), pipe.latent_shape(SIZE, SIZE)))
+
+    lora.fuse_lora(pipe, [(files[kind][layout], SCALE)])
+    try:
+        assert [scale for _, scale in lora.fused_adapters(pipe)] == [SCALE]
+        fused = _generate(pipe)
+        ref = _reference_images(kind, files[kind][reference], latents, SCALE)
+    finally:
+        assert lora.unfuse_lora(pipe) == 1
+    # the LoRA changes the pictures, and ours change as diffusers' do (the parity tolerance of
+    # tests/test_pipeline.py: float32 images within 1e-4)
+    assert np.abs(fused - base).max() > 0.05
+    assert np.abs(fused - ref).max() < 1e-4, f"max abs err {np.abs(fused - ref).max():.2e}"
+    # unfusing restores every weight to float32 rounding
+    after = _kernels(pipe)
+    worst = max(np.abs(after[k] - before[k]).max() / (np.abs(before[k]).max() + 1e-12) for k in before)
+    assert worst < 1e-6
+    assert lora.fused_adapters(pipe) == []
+
+
+def _diffusers_deltas(kind, path) -> dict:
+    pipe = _torch_pipeline(kind)
+    pipe.load_lora_weights(str(path))
+    out = {}
+    for component in ("unet", "text_encoder", "text_encoder_2")[: 3 if kind == "sdxl" else 2]:
+        for name, module in getattr(pipe, component).named_modules():
+            if isinstance(module, peft.tuners.lora.LoraLayer):
+                with torch.no_grad():
+                    out[(component, name)] = module.get_delta_weight(next(iter(module.lora_A))).numpy()
+    return out
+
+
+@pytest.mark.parametrize(("kind", "layout"), [("sdxl", "kohya"), ("sdxl", "sgm"), ("sd15", "kohya")])
+def test_diffusers_reads_our_kohya_files(files, kind, layout):
+    """diffusers' own kohya converter finds the same deltas in the files we write, module by
+    module, except one: it turns SDXL's ``add_embedding.linear_2`` (flattened
+    ``add_embedding_linear_2``) into ``add.embedding.linear``, which matches nothing, and drops
+    it without an error. Real SDXL kohya files name it ``label_emb_0_2`` (SGM), which it reads."""
+    theirs = _diffusers_deltas(kind, files[kind][layout])
+    expected = files[kind]["deltas"]
+    missing = sorted(key for key in expected if key not in theirs)
+    assert missing == ([("unet", "add_embedding.linear_2")] if (kind, layout) == ("sdxl", "kohya") else [])
+    for key, delta in theirs.items():
+        np.testing.assert_allclose(delta, expected[key], rtol=1e-5, atol=1e-6, err_msg=str(key))
+
+
+def test_two_adapters_add_up_with_their_scales(ours, files):
+    pipe = ours["sdxl"]
+    before = _kernels(pipe)
+    adapter = lora.read_lora(files["sdxl"]["diffusers"])
+    module = "down_blocks.1.attentions.0.transformer_blocks.0.attn1.to_q"
+    lora.fuse_lora(pipe, [(adapter, 0.5), (files["sdxl"]["kohya"], -0.25)])
+    try:
+        fused = _kernels(pipe)
+    finally:
+        assert lora.unfuse_lora(pipe) == 2
+    expected = before[f"unet.{module}.weight"] + adapter.layers["unet"][module].delta(0.25).T
+    np.testing.assert_allclose(fused[f"unet.{module}.weight"], expected, rtol=1e-6, atol=1e-7)
+    conv = "down_blocks.0.resnets.0.conv1"  # 3x3: (out, in, kh, kw) -> our (kh, kw, in, out)
+    expected = before[f"unet.{conv}.weight"] + adapter.layers["unet"][conv].delta(0.25).transpose(2, 3, 1, 0)
+    np.testing.assert_allclose(fused[f"unet.{conv}.weight"], expected, rtol=1e-6, atol=1e-7)
+
+
+def test_round_trip_error_bf16_vs_f32(files):
+    """fuse + unfuse at scale 1: float32 comes back to ~1e-7 relative, bfloat16 to about one bf16
+    step of the weight (each of the two roundings moves it by at most half a step of |W + delta|)."""
+    errors = {}
+    for dtype in (jnp.float32, jnp.bfloat16):
+        pipe = Pipeline.from_pretrained(_checkpoint("sdxl"), dtype=dtype, progress=False)
+        before = _kernels(pipe)
+        adapter = lora.fuse_lora(pipe, [(files["sdxl"]["diffusers"], 1.0)])[0]
+        lora.unfuse_lora(pipe)
+        after = _kernels(pipe)
+        rel = []
+        for component, layers in adapter.layers.items():
+            for module, layer in layers.items():
+                key = f"{component}.{module}.weight"
+                w = before[key].astype(np.float32)
+                bound = np.abs(w).max() + np.abs(layer.delta()).max()
+                rel.append(np.abs(after[key].astype(np.float32) - w).max() / bound)
+        errors[jnp.dtype(dtype).name] = max(rel)
+    assert errors["float32"] < 2e-7
+    assert 1e-4 < errors["bfloat16"] <= 2**-8  # a real loss, bounded by one bf16 step
+    print(f"fuse+unfuse max error relative to |W|+|delta|: {errors}")
+
+
+# ----------------------------------------------------------------------------------------------
+# Errors: nothing is changed
+# ----------------------------------------------------------------------------------------------
+
+
+def _unchanged(pipe, before):
+    after = _kernels(pipe)
+    assert all(np.array_equal(after[k], before[k]) for k in before)
+    assert lora.fused_adapters(pipe) == []
+
+
+def test_unknown_key_is_named_and_nothing_changes(ours, files, tmp_path):
+    from safetensors.numpy import save_file
+
+    from sdaccel.checkpoint import WeightFile
+
+    source = WeightFile(files["sdxl"]["diffusers"])
+    tensors = {k: np.array(source.get(k)) for k in source.keys()}
+    tensors["unet.down_blocks.0.attentions.7.proj_in.lora_A.weight"] = np.ones((4, 32), np.float32)
+    tensors["unet.down_blocks.0.attentions.7.proj_in.lora_B.weight"] = np.ones((32, 4), np.float32)
+    save_file(tensors, str(tmp_path / "extra.safetensors"))
+    pipe = ours["sdxl"]
+    before = _kernels(pipe)
+    with pytest.raises(lora.LoraError, match=r"down_blocks\.0\.attentions\.7\.proj_in matches no module"):
+        lora.fuse_lora(pipe, [(files["sdxl"]["diffusers"], 1.0), (tmp_path / "extra.safetensors", 1.0)])
+    _unchanged(pipe, before)
+
+
+def test_adapter_for_another_base_model_is_refused(ours, files):
+    sdxl, sd15 = ours["sdxl"], ours["sd15"]
+    before = _kernels(sdxl)
+    for layout in ("diffusers", "kohya"):
+        with pytest.raises(lora.LoraError, match="made for another base model"):
+            lora.fuse_lora(sdxl, [(files["sd15"][layout], 1.0)])
+    _unchanged(sdxl, before)
+    before = _kernels(sd15)
+    with pytest.raises(lora.LoraError, match="no text_encoder_2.*another base model"):
+        lora.fuse_lora(sd15, [(files["sdxl"]["diffusers"], 1.0)])
+    _unchanged(sd15, before)
+
+
+def test_shape_mismatch_is_refused(ours, tmp_path):
+    from safetensors.numpy import save_file
+
+    module = "unet.mid_block.attentions.0.proj_in"
+    save_file(
+        {
+            f"{module}.lora_A.weight": np.ones((2, 48), np.float32),
+            f"{module}.lora_B.weight": np.ones((64, 2), np.float32),
+        },
+        str(tmp_path / "wide.safetensors"),
+    )
+    with pytest.raises(
+        lora.LoraError, match=r"proj_in: the adapter updates a \(64, 48\) weight, the model's is \(64, 64\)"
+    ):
+        lora.fuse_lora(ours["sdxl"], [(tmp_path / "wide.safetensors", 1.0)])
+
+
+def test_bad_inputs(ours, files, tmp_path):
+    from safetensors.numpy import save_file
+
+    pipe = ours["sdxl"]
+    with pytest.raises(lora.LoraError, match="finite number"):
+        lora.fuse_lora(pipe, [(files["sdxl"]["diffusers"], float("nan"))])
+    with pytest.raises(lora.LoraError, match="pairs"):
+        lora.fuse_lora(pipe, files["sdxl"]["diffusers"])
+    with pytest.raises(lora.LoraError, match="No LoRA file"):
+        lora.read_lora(tmp_path / "missing.safetensors")
+    (tmp_path / "lora.bin").write_bytes(b"\0" * 16)
+    with pytest.raises(lora.LoraError, match="safetensors only"):
+        lora.read_lora(tmp_path / "lora.bin")
+    save_file(
+        {"unet.conv_in.lora_magnitude_vector": np.ones(4, np.float32)}, str(tmp_path / "dora.safetensors")
+    )
+    with pytest.raises(lora.LoraError, match="DoRA"):
+        lora.read_lora(tmp_path / "dora.safetensors")
+    save_file(
+        {"lora_unet_conv_in.lora_down.weight": np.ones((2, 4), np.float32)},
+        str(tmp_path / "half.safetensors"),
+    )
+    with pytest.raises(lora.LoraError, match="needs both lora_down and lora_up"):
+        lora.read_lora(tmp_path / "half.safetensors")
+    assert lora.fused_adapters(pipe) == []
+
+
+# ----------------------------------------------------------------------------------------------
+# OpenVINO: fused before the conversion
+# ----------------------------------------------------------------------------------------------
+
+
+def _diffusers_fused(kind, path, scale):
+    pipe = _torch_pipeline(kind)
+    pipe.load_lora_weights(str(path))
+    pipe.fuse_lora(lora_scale=scale)
+    return pipe
+
+
+def _plain_weights(model) -> dict[str, np.ndarray]:
+    """A module's weights without peft's wrappers: ``x.base_layer.weight`` -> ``x.weight``."""
+    return {
+        name.replace(".base_layer.", "."): param.detach().numpy().copy()
+        for name, param in model.named_parameters()
+        if "lora_" not in name
+    }
+
+
+@pytest.mark.parametrize("layout", ["diffusers", "sgm"])
+def test_fuse_into_torch_matches_diffusers_fuse_lora(files, layout):
+    from sdaccel.cpu.export import load_torch_component
+    from sdaccel.cpu.lora_export import check_lora, fuse_into_torch
+
+    src = _checkpoint("sdxl")
+    adapters = check_lora(src, [(files["sdxl"][layout], SCALE)])
+    reference = _diffusers_fused("sdxl", files["sdxl"]["diffusers"], SCALE)
+    from pathlib import Path
+
+    for component in ("unet", "text_encoder", "text_encoder_2"):
+        model = load_torch_component(Path(src), component)
+        base = _plain_weights(model)
+        changed = fuse_into_torch(model, component, adapters)
+        assert changed == len(adapters[0][0].layers[component]) > 0
+        ours, theirs = _plain_weights(model), _plain_weights(getattr(reference, component))
+        assert sorted(ours) == sorted(theirs)
+        moved = [k for k in ours if not np.array_equal(ours[k], base[k])]
+        assert len(moved) == changed
+        for key in ours:
+            np.testing.assert_allclose(
+                ours[key], theirs[key], rtol=1e-6, atol=1e-6, err_msg=f"{component}.{key}"
+            )
+
+
+def test_openvino_unet_with_fused_lora_matches_diffusers(files):
+    from pathlib import Path
+
+    import openvino as ov
+
+    from sdaccel.cpu.export import convert_unet, load_torch_component, unet_example
+    from sdaccel.cpu.lora_export import check_lora, fuse_into_torch
+
+    src = Path(_checkpoint("sdxl"))
+    unet = load_torch_component(src, "unet")
+    fuse_into_torch(unet, "unet", check_lora(src, [(files["sdxl"]["kohya"], SCALE)]))
+    compiled = ov.Core().compile_model(convert_unet(unet), "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
+    torch.manual_seed(1)
+    example, _ = unet_example(unet.config, 8)
+    got = compiled({k: v.numpy() for k, v in example.items()})[0]
+    reference = _diffusers_fused("sdxl", files["sdxl"]["diffusers"], SCALE).unet
+    base = load_torch_component(src, "unet")
+    with torch.no_grad():
+        added = {"text_embeds": example["text_embeds"], "time_ids": example["time_ids"]}
+        args = (example["sample"], example["timestep"], example["encoder_hidden_states"])
+        want = reference(*args, added_cond_kwargs=added).sample.numpy()
+        plain = base(*args, added_cond_kwargs=added).sample.numpy()
+    assert np.abs(want - plain).max() > 10 * np.abs(got - want).max()  # the LoRA moves the output
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_check_lora_refuses_before_export(files):
+    from sdaccel.cpu.lora_export import check_lora
+
+    with pytest.raises(lora.LoraError, match="made for another base model"):
+        check_lora(_checkpoint("sdxl"), [(files["sd15"]["kohya"], 1.0)])
+    with pytest.raises(lora.LoraError, match="no text_encoder_2"):
+        check_lora(_checkpoint("sd15"), [(files["sdxl"]["diffusers"], 1.0)])
+    with pytest.raises(lora.LoraError, match="pairs"):
+        check_lora(_checkpoint("sd15"), files["sd15"]["diffusers"])
+
+
+# ----------------------------------------------------------------------------------------------
+# OpenVINO GenAI: runtime adapters on an export, against the fused export
+# ----------------------------------------------------------------------------------------------
+
+
+def test_genai_runtime_adapter_matches_the_fused_export(files, tmp_path):
+    """GenAI applies the attention and feed-forward LoRA layers at run time (no recompilation of
+    the IR), and its images equal those of an export with the same layers fused (8-bit images
+    within 2 levels); what it cannot apply is listed, for the fused export."""
+    import shutil
+    from pathlib import Path
+
+    import openvino_genai as og
+
+    from sdaccel.cpu.export import (
+        MODEL_XML,
+        convert_unet,
+        export_pipeline,
+        load_torch_component,
+        save_ir,
+        text_to_image_components,
+    )
+    from sdaccel.cpu.lora_export import check_lora, checkpoint_targets, fuse_into_torch, save_genai_adapter
+
+    src = Path(_checkpoint("sd15"))
+    ((adapter, _),) = check_lora(src, [(files["sd15"]["diffusers"], 1.0)])
+    genai_file, dropped = save_genai_adapter(adapter, tmp_path / "genai.safetensors", sdxl=False)
+    kept = lora.read_lora(genai_file).resolve(checkpoint_targets(src))
+    assert len(kept) + len(dropped) == len(adapter) and len(kept) > 10
+    assert any(".conv1" in name for name in dropped) and any(
+        name.startswith("text_encoder.") for name in dropped
+    )
+
+    base = export_pipeline(src, tmp_path / "base", components=text_to_image_components(src), progress=False)
+    fused = tmp_path / "fused"
+    shutil.copytree(base, fused)
+    unet = load_torch_component(src, "unet")
+    fuse_into_torch(unet, "unet", [(kept, SCALE)])
+    save_ir(convert_unet(unet), fused / "unet" / MODEL_XML, compress_to_fp16=False)
+
+    options = {"INFERENCE_PRECISION_HINT": "f32"}
+    kwargs = {"width": SIZE, "height": SIZE, "num_inference_steps": 3, "rng_seed": 1}
+    config = og.AdapterConfig()
+    config.add(og.Adapter(str(genai_file)), SCALE)
+    runtime = og.Text2ImagePipeline(str(base), "CPU", adapters=config, **options)
+    with_adapter = runtime.generate(PROMPTS[0], **kwargs).data.astype(np.int16)
+    without = (
+        og.Text2ImagePipeline(str(base), "CPU", **options)
+        .generate(PROMPTS[0], **kwargs)
+        .data.astype(np.int16)
+    )
+    reference = (
+        og.Text2ImagePipeline(str(fused), "CPU", **options)
+        .generate(PROMPTS[0], **kwargs)
+        .data.astype(np.int16)
+    )
+    assert np.abs(reference - without).max() > 20  # the adapter changes the picture
+    assert np.abs(with_adapter - reference).max() <= 2
+
+
+def test_fuse_keeps_the_shardings_of_a_sharded_pipeline(ours, files):
+    """On a 4x2 mesh with weights split over the "model" axis, fusing keeps every weight where
+    it was (the compiled programs take the shardings as given) and gives the unsharded values."""
+    from sdaccel.sharded import ShardedPipeline
+    from sdaccel.sharding import make_mesh
+
+    sharded = ShardedPipeline.from_pretrained(
+        _checkpoint("sdxl"), mesh=make_mesh(4, 2), dtype=jnp.float32, min_shard_size=0, progress=False
+    )
+    shardings = jax.tree.map(lambda x: x.sharding, sharded.pipeline.params["unet"])
+    assert any(len(s.device_set) == 8 and not s.is_fully_replicated for s in jax.tree.leaves(shardings))
+    lora.fuse_lora(sharded, [(files["sdxl"]["sgm"], SCALE)])
+    lora.fuse_lora(ours["sdxl"], [(files["sdxl"]["diffusers"], SCALE)])
+    try:
+        assert jax.tree.map(lambda x: x.sharding, sharded.pipeline.params["unet"]) == shardings
+        got, want = _kernels(sharded), _kernels(ours["sdxl"])
+    finally:
+        lora.unfuse_lora(ours["sdxl"])
+    assert sorted(got) == sorted(want)
+    for key in want:
+        np.testing.assert_allclose(got[key], want[key], rtol=1e-6, atol=1e-7, err_msg=key)
+    assert lora.unfuse_lora(sharded) == 1 and lora.fused_adapters(sharded) == []
+
+
+def test_lora_settings_record_files_and_scales(files):
+    from sdaccel.cpu.lora_export import check_lora, lora_settings
+
+    assert lora_settings([]) is None
+    (record,) = lora_settings(check_lora(_checkpoint("sd15"), [(files["sd15"]["kohya"], 0.5)]))
+    assert record["file"] == str(files["sd15"]["kohya"]) and record["scale"] == 0.5
+    assert record["size"] == files["sd15"]["kohya"].stat().st_size
