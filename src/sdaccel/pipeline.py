@@ -117,7 +117,7 @@ def image_keys(seed: int | jax.Array, indices: jax.Array) -> jax.Array:
 
 
 def step_noise(keys: jax.Array, step: int | jax.Array, shape: tuple[int, ...]) -> jax.Array:
-    """Standard normal noise (B, *shape) in float32 for sampling step ``step`` (a traced integer
+    """Standard normal noise ``(B, *shape)`` in float32 for sampling step ``step`` (a traced integer
     is fine): image ``b`` draws from ``fold_in(keys[b], step)``, with ``keys`` from
     :func:`image_keys`. It depends only on (seed, image index, step), not on the batch split."""
     return jax.vmap(
