@@ -1,4 +1,4 @@
-"""Seconds per UNet step on CPU: PyTorch fp32 vs OpenVINO f32 / bf16 / three INT8 recipes.
+"""Seconds per UNet step on CPU: PyTorch fp32, OpenVINO f32 / bf16 / INT8 recipes, and the runtime levers.
 
     python benchmarks/bench_openvino.py                               # SD 1.5 and SDXL, every variant
     python benchmarks/bench_openvino.py --models sd15 --iters 5
@@ -18,8 +18,16 @@ its negative, as with classifier-free guidance) and 64x64 latents (512x512 image
 ``ov_bf16``       the same IR with the CPU plugin's default precision (bf16 on a CPU with
                   AVX-512 BF16 or AMX; the script records what the plugin really used).
 ``int8_weights``, ``hybrid``, ``full_int8``
-                  the recipes of ``sdaccel.cpu.quantize``, compiled with the default precision
-                  (INT8 where quantized, bf16 elsewhere).
+                  the recipes of ``sdaccel.cpu.quantize``: INT8 where quantized, and the layers
+                  left in float compiled in the UNet's *best float* on this CPU (``--int8-float``
+                  auto: ``choose_precision``'s rule: the only float precision the plugin offers,
+                  else the faster of ``ov_f32`` / ``ov_bf16`` in this run, else measured);
+                  ``--int8-float both`` also times each INT8 variant in the other precision
+                  (rows ``<variant>@<precision>``). Every row records the precision that ran.
+``full_int8_float_resnets``
+                  full INT8 with every ResNet kept in float as well (the pattern of
+                  ``sdaccel.evaluate_shapes.FLOAT_GROUP_VARIANTS``, added to the sensitive layers),
+                  the recipe that held prompt adherence on the tiny trained models.
 
 Every measurement runs in its own child process (``run_with_memory_limit``), one after the
 other, so the variants do not share caches or memory, nothing stays resident between them, and
@@ -46,7 +54,7 @@ between adjacent denoising steps, so every ``N``-th step runs the full UNet and 
 its last up block; the steps in between run only the *shallow* UNet (``conv_in``, the first down
 block without its downsampler, the last up block fed with the cached feature, ``conv_out``).
 The script exports that shallow UNet with ``sdaccel.cpu.deepcache`` (where DeepCache lives: both
-IRs, the pipeline hook, INT8), times it in bf16 and full INT8, and reports the average seconds per
+IRs, the pipeline hook, INT8), times it in the best float and full INT8, and reports the average seconds per
 step ``(t_full + (N - 1) t_shallow) / N``. Its quality cost needs trained weights to measure
 (random weights have no step-to-step redundancy to exploit): ``python -m sdaccel.cpu.deepcache``
 measures it on the tiny trained checkpoints; the paper reports 2.3x on SD 1.5 for a 0.05 drop in
@@ -54,6 +62,31 @@ CLIP score.
 
 Lever ``quant_memory``: peak memory of the quantization under the levers of
 :data:`MEMORY_STUDY` (SmoothQuant off, bias correction off, f32 vs fp16 source IR).
+
+Levers ``static``, ``guidance_split``, ``runtime`` (``sdaccel.cpu.levers``; each in one child, on
+the fp16-weight IR in the best float): static against dynamic shapes of the same IR; guidance as
+one UNet call at batch 2 against two calls at batch 1; ``PERFORMANCE_HINT`` THROUGHPUT,
+``INFERENCE_NUM_THREADS``, ``NUM_STREAMS`` and ``ENABLE_CPU_PINNING`` each against the default
+(LATENCY; ``--runtime-arms`` picks some). The arms are timed interleaved over ``--lever-rounds``
+rounds, each warmed up first (``--lever-recompile``: compiled afresh every round, so that only one
+SD 1.5 UNet is in memory at a time); each row has the properties the plugin reports and the max
+abs difference of its output from the reference arm's.
+
+Lever ``vae_int8``: the VAE decoder (batch 1, ``8 x --latent`` pixels square) in PyTorch fp32 (when
+the run has a ``torch_fp32`` row), as an IR in the best float, and quantized by each recipe of
+``sdaccel.cpu.quantize_vae`` (synthetic latents for calibration). With it, the table also composes
+seconds per *image*: ``--steps-per-image`` UNet steps plus one decode.
+
+Option ``--quality CHECKPOINT`` (a trained ``sdaccel.shapes`` checkpoint such as
+``checkpoints/tiny-shapes-sd15``; ``--quality-prompts`` held-out prompts): what the levers that change
+numbers cost, each in a child: the INT8 UNets (``sdaccel.evaluate_shapes``: adherence, PSNR/SSIM
+against OpenVINO f32), DeepCache at ``--deepcache-intervals`` (``sdaccel.cpu.deepcache.measure``),
+the INT8 VAE decoders (``sdaccel.evaluate_shapes.vae_decoder_quality``), and the max abs difference of
+the runtime levers' UNet outputs. ``--models`` with no entry measures only that:
+
+    python benchmarks/bench_openvino.py --models --variants --quality checkpoints/tiny-shapes-sd15
+    python benchmarks/bench_openvino.py --models sd15 --variants torch_fp32 ov_f32 full_int8 \
+        full_int8_float_resnets --quant-max-memory-gb 6 --levers static guidance_split runtime vae_int8
 
 Option ``--choose-precision``: the float precision of each component by measurement
 (``sdaccel.cpu.precision.choose_precision``). For a random-weight architecture the script exports
@@ -86,16 +119,32 @@ import numpy as np
 
 from sdaccel.cpu.deepcache import cached_shape
 from sdaccel.cpu.precision import CANDIDATES
-from sdaccel.cpu.quantize import quantize_ir
+from sdaccel.cpu.quantize import SENSITIVE_LAYER_PATTERNS, quantize_ir
 from sdaccel.env import cpu_features
+from sdaccel.evaluate_shapes import FLOAT_GROUP_VARIANTS
 
 #: Real architectures with random weights (configs in ``sdaccel/reference_configs``). Any other
 #: ``--models`` entry is a checkpoint (a diffusers folder or hub id; ``tiny-sd15`` / ``tiny-sdxl``
 #: are the tiny ones of ``sdaccel.tiny``) whose own UNet weights are used.
 MODELS = {"sd15": "sd-1.5", "sdxl": "sdxl-base-1.0"}
-VARIANTS = ("torch_fp32", "ov_f32", "ov_bf16", "int8_weights", "hybrid", "full_int8")
-INT8 = ("int8_weights", "hybrid", "full_int8")
-LEVERS = ("deepcache", "quant_memory")
+VARIANTS = (
+    "torch_fp32",
+    "ov_f32",
+    "ov_bf16",
+    "int8_weights",
+    "hybrid",
+    "full_int8",
+    "full_int8_float_resnets",
+)
+INT8 = ("int8_weights", "hybrid", "full_int8", "full_int8_float_resnets")
+#: INT8 variants with one more layer group kept in float: name -> (recipe, the group's pattern, added
+#: to ``SENSITIVE_LAYER_PATTERNS``). The ResNets' pattern is the one that held adherence on the tiny
+#: trained models (``sdaccel.evaluate_shapes.FLOAT_GROUP_VARIANTS``).
+FLOAT_GROUPS = {"full_int8_float_resnets": ("full_int8", FLOAT_GROUP_VARIANTS["full_int8, float resnets"])}
+FLOAT_VARIANTS = {"ov_f32": "f32", "ov_bf16": "bf16"}
+LEVERS = ("deepcache", "quant_memory", "runtime", "static", "guidance_split", "vae_int8")
+#: The VAE decoder recipes of lever ``vae_int8`` (``sdaccel.cpu.quantize_vae``).
+VAE_VARIANTS = ("int8_weights", "hybrid", "full_int8")
 
 #: The quantization-memory study (lever ``quant_memory``): recipe, source IR and knobs of each run.
 MEMORY_STUDY = {
@@ -281,6 +330,228 @@ def export_deepcache_shallow(model: str, xml: str, seed: int = 0) -> dict:
     Path(xml).parent.mkdir(parents=True, exist_ok=True)
     ov.save_model(ov_model, xml, compress_to_fp16=True)
     return {"inputs": [port.get_any_name() for port in ov_model.inputs]}
+
+
+# ----------------------------------------------------------------------------------------------
+# The float precision of the INT8 variants, and the runtime levers (children)
+# ----------------------------------------------------------------------------------------------
+
+
+def choose_unet_precision(
+    xml: str, inputs_spec: dict, candidates: list[str], iters: int, warmup: int
+) -> dict:
+    """``choose_precision``'s rule on the UNet IR alone: each candidate compiled static (as the
+    variants are timed), ``warmup`` + ``iters`` calls, the fastest that the plugin honoured."""
+    import openvino as ov
+
+    from sdaccel.cpu.precision import decide, measure
+
+    core = ov.Core()
+    inputs = unet_inputs(**inputs_spec)
+    model = core.read_model(xml)
+    model.reshape({name: list(value.shape) for name, value in inputs.items()})
+
+    def compile_model(precision):
+        return core.compile_model(
+            model, "CPU", {"PERFORMANCE_HINT": "LATENCY", "INFERENCE_PRECISION_HINT": precision}
+        )
+
+    measurements = {p: measure(compile_model, inputs, p, iters, warmup) for p in candidates}
+    return {
+        "chosen": decide(measurements),
+        "measurements": {
+            p: {"reported": m.reported, "median_s": m.median_s, "times": m.times, "cpu_times": m.cpu_times}
+            for p, m in measurements.items()
+        },
+    }
+
+
+def time_lever(
+    xml: str,
+    inputs_spec: dict,
+    lever: str,
+    rounds: int,
+    warmup: int,
+    precision: str | None,
+    keep_compiled: bool,
+    cores: int,
+    only: list[str] | None = None,
+) -> dict:
+    """The arms of a runtime lever (``sdaccel.cpu.levers``) on one UNet call's inputs, interleaved;
+    ``only``: those of them (by name), the lever's reference arm always first."""
+    from sdaccel.cpu import levers
+
+    arms = {
+        "runtime": levers.runtime_arms(cores),
+        "static": levers.STATIC_ARMS,
+        "guidance_split": levers.GUIDANCE_ARMS,
+    }[lever]
+    if only:
+        unknown = sorted(set(only) - set(arms))
+        if unknown:
+            raise ValueError(f"no arm {unknown} in lever {lever}; its arms: {list(arms)}")
+        reference = next(iter(arms))
+        arms = {name: arm for name, arm in arms.items() if name == reference or name in only}
+    return levers.time_arms(
+        xml, unet_inputs(**inputs_spec), arms, rounds, warmup, precision, keep_compiled=keep_compiled
+    )
+
+
+# ----------------------------------------------------------------------------------------------
+# The VAE decoder: f32 against INT8 (lever vae_int8; children)
+# ----------------------------------------------------------------------------------------------
+
+
+def vae_config(model: str) -> dict:
+    folder = checkpoint_folder(model)
+    if folder is not None:
+        return json.loads((folder / "vae" / "config.json").read_text())
+    path = resources.files("sdaccel").joinpath(f"reference_configs/{MODELS[model]}/vae.json")
+    return json.loads(path.read_text())
+
+
+def vae_latents(model: str, latent: int, count: int, seed: int = 0) -> np.ndarray:
+    """``count`` decoder inputs ``[count, C, latent, latent]``: unit Gaussian diffusion latents,
+    unscaled as the pipeline unscales them (``/ scaling_factor``)."""
+    cfg = vae_config(model)
+    rng = np.random.default_rng(seed)
+    shape = (count, cfg.get("latent_channels", 4), latent, latent)
+    return (rng.standard_normal(shape, dtype=np.float32) / cfg.get("scaling_factor", 0.18215)).astype(
+        np.float32
+    )
+
+
+def export_vae_decoder(model: str, xml: str, seed: int = 0) -> dict:
+    """The VAE decoder (a checkpoint's, or the architecture's with seeded random weights) -> IR,
+    weights stored fp16, with the export's converter."""
+    import gc
+
+    import openvino as ov
+    import torch
+    from diffusers import AutoencoderKL
+
+    from sdaccel.cpu.export import convert_vae_decoder
+
+    start = time.perf_counter()
+    folder = checkpoint_folder(model)
+    torch.manual_seed(seed)
+    if folder is not None:
+        vae = AutoencoderKL.from_pretrained(folder / "vae", torch_dtype=torch.float32)
+    else:
+        vae = AutoencoderKL.from_config(vae_config(model))
+    vae.eval()
+    params = sum(p.numel() for p in [*vae.decoder.parameters(), *vae.post_quant_conv.parameters()])
+    ov_model = convert_vae_decoder(vae)
+    del vae
+    gc.collect()
+    Path(xml).parent.mkdir(parents=True, exist_ok=True)
+    ov.save_model(ov_model, xml, compress_to_fp16=True)
+    return {"seconds": time.perf_counter() - start, "params": params}
+
+
+def quantize_vae_child(src: str, dst: str, variant: str, latents_npy: str | None, subset: int) -> dict:
+    from sdaccel.cpu.quantize_vae import quantize_vae_decoder
+
+    latents = None if latents_npy is None else np.load(latents_npy)
+    return quantize_vae_decoder(src, dst, variant, latents, subset)
+
+
+def time_vae(xml: str, model: str, latent: int, precision: str | None, iters: int, warmup: int) -> dict:
+    """One decode (batch 1, as the pipeline decodes) of the VAE decoder IR, static shapes."""
+    from sdaccel.cpu.quantize import time_unet
+
+    inputs = {"latent_sample": vae_latents(model, latent, 1, seed=1)}
+    timing = time_unet(xml, inputs, iters=iters, warmup=warmup, precision=precision, static=True)
+    return {k: timing[k] for k in ("times", "cpu_times", "compile_s", "precision")}
+
+
+def time_torch_vae(model: str, latent: int, iters: int, warmup: int, seed: int = 0) -> dict:
+    import torch
+    from diffusers import AutoencoderKL
+
+    torch.set_flush_denormal(True)
+    folder = checkpoint_folder(model)
+    torch.manual_seed(seed)
+    if folder is not None:
+        vae = AutoencoderKL.from_pretrained(folder / "vae", torch_dtype=torch.float32).eval()
+    else:
+        vae = AutoencoderKL.from_config(vae_config(model)).eval()
+    latents = torch.from_numpy(vae_latents(model, latent, 1, seed=1))
+
+    def call():
+        with torch.inference_mode():
+            vae.decode(latents)
+
+    times, cpu_times = _time_calls(call, iters, warmup)
+    return {"times": times, "cpu_times": cpu_times, "precision": "f32", "compile_s": 0.0}
+
+
+# ----------------------------------------------------------------------------------------------
+# Quality on a trained tiny checkpoint (--quality; children)
+# ----------------------------------------------------------------------------------------------
+
+
+def quality_int8(checkpoint: str, work: str, prompts: int) -> dict:
+    """Adherence and PSNR/SSIM of every INT8 UNet recipe (``sdaccel.evaluate_shapes``)."""
+    from sdaccel.evaluate_shapes import evaluate
+
+    out = evaluate(
+        checkpoint,
+        work,
+        prompts,
+        pipelines=("torch_fp32", "ov_f32"),
+        variants=("int8_weights", "hybrid", "full_int8", *FLOAT_GROUP_VARIANTS),
+    )
+    return {"config": out["config"], "rows": out["rows"]}
+
+
+def quality_deepcache(checkpoint: str, work: str, prompts: int, intervals: list[int]) -> dict:
+    """DeepCache's cost (``sdaccel.cpu.deepcache.measure``), f32 and full INT8 at the first interval."""
+    from sdaccel.cpu.deepcache import measure
+
+    out = measure(
+        checkpoint,
+        work,
+        num_prompts=prompts,
+        intervals=intervals,
+        int8_intervals=intervals[:1],
+        progress=False,
+    )
+    return {"settings": out["settings"], "rows": out["rows"]}
+
+
+def quality_vae(checkpoint: str, work: str, prompts: int) -> dict:
+    from sdaccel.evaluate_shapes import vae_decoder_quality
+
+    return vae_decoder_quality(checkpoint, work, VAE_VARIANTS, num_prompts=prompts)
+
+
+def quality_levers(checkpoint: str, work: str, batch: int) -> dict:
+    """Max abs difference of each runtime lever's UNet output from its reference arm, on the
+    checkpoint's exported UNet at its native size (one round each: numerics, not speed)."""
+    from sdaccel.checkpoint import resolve_checkpoint
+    from sdaccel.cpu import levers
+    from sdaccel.cpu.export import MODEL_XML, export_pipeline
+
+    folder = resolve_checkpoint(checkpoint)
+    export = export_pipeline(folder, Path(work) / "openvino", components=["unet"], progress=False)
+    latent = json.loads((folder / "unet" / "config.json").read_text())["sample_size"]
+    inputs = unet_inputs(checkpoint, batch, latent)
+    arms = {
+        "runtime": levers.runtime_arms(os.cpu_count() or 1),
+        "static": levers.STATIC_ARMS,
+        "guidance_split": levers.GUIDANCE_ARMS,
+    }
+    out = {}
+    for lever, group in arms.items():
+        timed = levers.time_arms(
+            export / "unet" / MODEL_XML, inputs, group, rounds=1, warmup=0, precision="f32"
+        )
+        out[lever] = {
+            name: {k: row[k] for k in ("max_abs_diff", "output_abs_max")}
+            for name, row in timed["arms"].items()
+        }
+    return out
 
 
 # ----------------------------------------------------------------------------------------------
@@ -506,7 +777,7 @@ def bench_model(model: str, args, previous: dict | None = None) -> dict:
 
     print(f"[{name}] {MODELS.get(model, 'checkpoint')} UNet, {weights} weights", flush=True)
     if args.reuse and source.is_file():
-        result["export"] = {"ok": True, "reused": str(source), "params": _ir_parameters(source)}
+        result["export"] = {"ok": True, "reused": str(source.resolve()), "params": _ir_parameters(source)}
     else:
         run = _run(
             "export to OpenVINO IR (fp16 weights)",
@@ -523,7 +794,8 @@ def bench_model(model: str, args, previous: dict | None = None) -> dict:
     params = result["export"].get("params")
 
     calibration = work / "calibration"
-    if any(v in ("hybrid", "full_int8") for v in args.variants) or "quant_memory" in args.levers:
+    calibrated = [v for v in args.variants if v in INT8 and v != "int8_weights"]
+    if calibrated or "quant_memory" in args.levers:
         synthetic_calibration(str(calibration), model, args.batch, args.latent, args.calib_samples)
 
     for variant in args.variants:
@@ -545,36 +817,24 @@ def bench_model(model: str, args, previous: dict | None = None) -> dict:
         xml = source
         if variant in INT8:
             xml = work / f"unet_{variant}.xml"
-            knobs = {}
-            if variant == "full_int8" and not smooth_quant:
-                knobs["smooth_quant_alpha"] = None
-            if variant == "full_int8" and args.no_bias_correction:
-                knobs["bias_correction"] = False
-            if args.reuse and xml.is_file():  # keep what an earlier run measured
-                result["quantization"].setdefault(variant, {"ok": True})["reused"] = str(xml)
-            else:
-                quant_source = source if args.quant_source == "fp16" else _f32_ir(model, work, args)
-                if quant_source is None:
-                    continue
+            if not _quantize_unet(model, variant, xml, source, calibration, smooth_quant, args, work, result):
+                continue
+            for precision in int8_floats(model, args, work, spec, result):
+                row = variant if precision == result["int8_float"]["chosen"] else f"{variant}@{precision}"
                 run = _run(
-                    f"quantize {variant} (from the {args.quant_source} IR)",
-                    quantize_ir,
-                    str(quant_source),
+                    f"{row} (float layers: {precision})",
+                    time_openvino,
                     str(xml),
-                    variant,
-                    str(calibration) if variant != "int8_weights" else None,
-                    args.calib_samples,
-                    limit_gb=args.quant_memory_limit_gb,
-                    min_free_gb=max(free, args.quant_memory_limit_gb),
-                    **knobs,
+                    spec,
+                    precision,
+                    args.iters,
+                    args.warmup,
+                    limit_gb=limit,
+                    min_free_gb=free,
                 )
-                extra = {"source_ir": args.quant_source}
-                if variant == "full_int8":
-                    extra["smooth_quant"] = knobs.get("smooth_quant_alpha", 0.95) is not None
-                    extra["bias_correction"] = knobs.get("bias_correction", True)
-                result["quantization"][variant] = _summary(run, extra)
-                if not run.ok:
-                    continue
+                extra = {"size_bytes": ir_size_bytes(xml), "float_precision_asked": precision}
+                result["variants"][row] = _summary(run, extra)
+            continue
         precision = "f32" if variant == "ov_f32" else None
         run = _run(
             variant,
@@ -593,8 +853,302 @@ def bench_model(model: str, args, previous: dict | None = None) -> dict:
         result["deepcache"] = bench_deepcache(model, args, work, spec, result)
     if "quant_memory" in args.levers:
         result.setdefault("memory_study", {}).update(bench_quant_memory(model, args, work))
+    for lever in ("static", "guidance_split", "runtime"):
+        if lever in args.levers:
+            result.setdefault("levers", {})[lever] = bench_lever(
+                model, args, work, spec, result, lever, source
+            )
+    if "vae_int8" in args.levers:
+        result.setdefault("levers", {})["vae_int8"] = bench_vae_int8(model, args, work, result)
     _speedups(result)
+    _whole_image(result, args.steps_per_image)
     return result
+
+
+def _quantize_unet(model, variant, xml, source, calibration, smooth_quant, args, work, result) -> bool:
+    """Quantize (or, with ``--reuse``, reuse) the INT8 UNet of ``variant`` at ``xml``; whether it is there."""
+    recipe, float_group = FLOAT_GROUPS.get(variant, (variant, None))
+    knobs = {}
+    if recipe == "full_int8" and not smooth_quant:
+        knobs["smooth_quant_alpha"] = None
+    if recipe == "full_int8" and args.no_bias_correction:
+        knobs["bias_correction"] = False
+    if float_group is not None:
+        knobs["ignored"] = [*SENSITIVE_LAYER_PATTERNS, float_group]
+    if args.reuse and xml.is_file():  # keep what an earlier run measured
+        result["quantization"].setdefault(variant, {"ok": True})["reused"] = str(xml.resolve())
+        return True
+    quant_source = source if args.quant_source == "fp16" else _f32_ir(model, work, args)
+    if quant_source is None:
+        return False
+    data = str(calibration) if recipe != "int8_weights" else None
+    extra = {"source_ir": args.quant_source, "recipe": recipe}
+    if recipe == "full_int8":
+        extra["smooth_quant"] = knobs.get("smooth_quant_alpha", 0.95) is not None
+        extra["bias_correction"] = knobs.get("bias_correction", True)
+    if float_group is not None:
+        extra["kept_in_float"] = knobs["ignored"]
+    budget = args.quant_max_memory_gb
+    if budget is None:
+        run = _run(
+            f"quantize {variant} (from the {args.quant_source} IR)",
+            quantize_ir,
+            str(quant_source),
+            str(xml),
+            recipe,
+            data,
+            args.calib_samples,
+            limit_gb=args.quant_memory_limit_gb,
+            min_free_gb=max(args.min_free_gb, args.quant_memory_limit_gb),
+            **knobs,
+        )
+        result["quantization"][variant] = _summary(run, extra)
+        return run.ok
+    # in parts within the budget: quantize_ir runs every part in its own watched child
+    _wait_for_memory(max(args.min_free_gb, budget + 2), f"quantize {variant}")
+    print(f"  quantize {variant} in parts within {budget} GiB ...", end="", flush=True)
+    load, tick = os.getloadavg()[0], time.perf_counter()
+    try:
+        report = quantize_ir(
+            str(quant_source), str(xml), recipe, data, args.calib_samples, max_memory_gb=budget, **knobs
+        )
+    except Exception as error:  # reported in the results, as a failed child would be
+        print(f" failed: {error}", flush=True)
+        result["quantization"][variant] = {"ok": False, "error": f"{type(error).__name__}: {error}", **extra}
+        return False
+    seconds = time.perf_counter() - tick
+    print(f" {seconds:.0f} s in {report['parts']} parts, peak RSS {report['peak_rss_bytes'] / 2**30:.1f} GiB")
+    result["quantization"][variant] = {
+        "ok": True,
+        "peak_rss_gb": round(report["peak_rss_bytes"] / 2**30, 2),
+        "peak_anon_gb": round(report["peak_anon_bytes"] / 2**30, 2),
+        "wall_s": round(seconds, 1),
+        "load_avg": [round(load, 1), round(os.getloadavg()[0], 1)],
+        "max_memory_gb": budget,
+        **{k: report[k] for k in ("parts", "size_bytes", "fake_quantize", "int8_weights") if k in report},
+        "stages": report.get("stages"),
+        **extra,
+    }
+    return True
+
+
+def _wait_for_memory(min_free_gb: float, label: str, wait_s: float = 900) -> None:
+    deadline = time.monotonic() + wait_s
+    while _free_gb() < min_free_gb and time.monotonic() < deadline:
+        time.sleep(10)
+    if _free_gb() < min_free_gb:
+        print(
+            f"  {label}: only {_free_gb():.1f} GiB available (wanted {min_free_gb}); going ahead", flush=True
+        )
+
+
+def best_float(model: str, args, work: Path, spec: dict, result: dict) -> dict:
+    """The float precision of the UNet on this CPU, by ``choose_precision``'s rule: the only one the
+    plugin offers; else the faster of ``ov_f32`` / ``ov_bf16`` where both ran as asked in this run;
+    else measured now (``choose_unet_precision``). Cached in ``result["best_float"]``."""
+    import openvino as ov
+
+    from sdaccel.cpu.precision import offered_precisions
+
+    if "best_float" in result and result["best_float"].get("offered"):
+        return result["best_float"]
+    offered = [p for p in offered_precisions(ov.Core()) if p in FLOAT_VARIANTS.values()]
+    rows = {p: result["variants"].get(name, {}) for name, p in FLOAT_VARIANTS.items() if p in offered}
+    if len(offered) == 1:
+        choice = {
+            "chosen": offered[0],
+            "why": f"the only float precision the CPU plugin offers ({offered[0]})",
+        }
+    elif all(r.get("ok") and r.get("precision") == p for p, r in rows.items()):
+        chosen = min(offered, key=lambda p: rows[p]["s_per_step"])
+        choice = {
+            "chosen": chosen,
+            "why": "the faster of " + " / ".join(f"ov_{p}" for p in offered) + " in this run",
+        }
+    else:
+        run = _run(
+            "choose the UNet's float precision",
+            choose_unet_precision,
+            str(work / "unet_fp16.xml"),
+            spec,
+            offered,
+            args.iters,
+            args.warmup,
+            limit_gb=args.memory_limit_gb,
+            min_free_gb=args.min_free_gb,
+        )
+        if not run.ok:
+            choice = {"chosen": "f32", "why": f"measuring failed ({run.error}); f32"}
+        else:
+            choice = {
+                "chosen": run.result["chosen"],
+                "why": "measured",
+                "measured": run.result["measurements"],
+            }
+    result["best_float"] = {**choice, "offered": offered, "variant": f"ov_{choice['chosen']}"}
+    return result["best_float"]
+
+
+def int8_floats(model: str, args, work: Path, spec: dict, result: dict) -> list[str]:
+    """The float precisions each INT8 variant is timed with (``--int8-float``), the chosen one first."""
+    best = best_float(model, args, work, spec, result)
+    chosen = best["chosen"] if args.int8_float in ("auto", "both") else args.int8_float
+    floats = [chosen]
+    if args.int8_float == "both":
+        floats += [p for p in best["offered"] if p != chosen]
+    result["int8_float"] = {
+        "mode": args.int8_float,
+        "chosen": chosen,
+        "timed": floats,
+        "why": best["why"] if args.int8_float != chosen else "asked with --int8-float",
+        "not_timed": [p for p in ("f32", "bf16") if p not in floats] if args.int8_float == "both" else [],
+    }
+    return floats
+
+
+def bench_lever(model: str, args, work: Path, spec: dict, result: dict, lever: str, source: Path) -> dict:
+    """One runtime lever (``sdaccel.cpu.levers``) on the UNet IR in the best float, in a child."""
+    precision = best_float(model, args, work, spec, result)["chosen"]
+    run = _run(
+        f"lever {lever} ({precision}, {args.lever_rounds} rounds"
+        + (", compiled afresh each round)" if args.lever_recompile else ")"),
+        time_lever,
+        str(source),
+        spec,
+        lever,
+        args.lever_rounds,
+        args.warmup,
+        precision,
+        not args.lever_recompile,
+        os.cpu_count() or 1,
+        args.runtime_arms if lever == "runtime" else None,
+        limit_gb=args.memory_limit_gb,
+        min_free_gb=args.min_free_gb,
+    )
+    out = _summary(run, {"precision_asked": precision, "source_ir": str(source.resolve())})
+    for name, arm in out.get("arms", {}).items():
+        print(
+            f"    {name:28} {arm['s_per_call']:9.3f} s  x{arm['speedup']:.2f}  "
+            f"cpu {arm['cpu_s_per_call']:8.3f} s  max |diff| {arm['max_abs_diff']:.2e}",
+            flush=True,
+        )
+    return out
+
+
+def bench_vae_int8(model: str, args, work: Path, result: dict) -> dict:
+    """The VAE decoder (batch 1, the image size of ``--latent``): PyTorch fp32 (when the run has a
+    ``torch_fp32`` row), the IR in the best float, and each INT8 recipe of
+    ``sdaccel.cpu.quantize_vae`` calibrated on ``--calib-samples`` synthetic latents."""
+    from sdaccel.cpu.quantize import ir_size_bytes
+
+    limit, free = args.memory_limit_gb, args.min_free_gb
+    spec = {"model": model, "batch": args.batch, "latent": args.latent}
+    best = best_float(model, args, work, spec, result)["chosen"]
+    int8 = result.get("int8_float", {}).get("chosen", best)
+    source = work / "vae_decoder_fp16.xml"
+    out = {"image_size": args.latent * 8, "rows": {}, "quantization": {}}
+    if not (args.reuse and source.is_file()):
+        run = _run(
+            "vae: export the decoder",
+            export_vae_decoder,
+            model,
+            str(source),
+            limit_gb=limit,
+            min_free_gb=free,
+        )
+        out["export"] = _summary(run)
+        if not run.ok:
+            return out
+    latents = work / "vae_calibration.npy"
+    np.save(latents, vae_latents(model, args.latent, args.calib_samples))
+    if "torch_fp32" in args.variants or "torch_fp32" in result["variants"]:
+        run = _run(
+            "vae: torch_fp32",
+            time_torch_vae,
+            model,
+            args.latent,
+            args.iters,
+            args.warmup,
+            limit_gb=limit,
+            min_free_gb=free,
+        )
+        out["rows"]["torch_fp32"] = _summary(run)
+    run = _run(
+        f"vae: {best}",
+        time_vae,
+        str(source),
+        model,
+        args.latent,
+        best,
+        args.iters,
+        args.warmup,
+        limit_gb=limit,
+        min_free_gb=free,
+    )
+    out["rows"][best] = _summary(run, {"size_bytes": ir_size_bytes(source)})
+    for variant in VAE_VARIANTS:
+        xml = work / f"vae_decoder_{variant}.xml"
+        if not (args.reuse and xml.is_file()):
+            run = _run(
+                f"vae: quantize {variant}",
+                quantize_vae_child,
+                str(source),
+                str(xml),
+                variant,
+                None if variant == "int8_weights" else str(latents),
+                args.calib_samples,
+                limit_gb=args.quant_memory_limit_gb,
+                min_free_gb=free,
+            )
+            out["quantization"][variant] = _summary(run)
+            if not run.ok:
+                continue
+        run = _run(
+            f"vae: {variant} (float layers: {int8})",
+            time_vae,
+            str(xml),
+            model,
+            args.latent,
+            int8,
+            args.iters,
+            args.warmup,
+            limit_gb=limit,
+            min_free_gb=free,
+        )
+        out["rows"][variant] = _summary(run, {"size_bytes": ir_size_bytes(xml)})
+    reference = out["rows"].get(best, {})
+    for row in out["rows"].values():
+        if row.get("ok") and reference.get("ok"):
+            row["vs_float"] = reference["s_per_step"] / row["s_per_step"]
+            row["cpu_vs_float"] = reference["cpu_s_per_step"] / row["cpu_s_per_step"]
+    return out
+
+
+def bench_quality(args) -> dict:
+    """The quality cost of the levers that change numbers, on a trained tiny checkpoint, each part
+    in a child: the INT8 UNets (adherence, PSNR/SSIM vs f32), DeepCache at each interval, the INT8
+    VAE decoders; and the max abs difference of the levers that should not change them."""
+    checkpoint, prompts = args.quality, args.quality_prompts
+    work = Path(args.workdir) / "quality" / label(checkpoint).replace("/", "--")
+    limit, free = args.memory_limit_gb, args.min_free_gb
+    print(f"[quality] {checkpoint}, {prompts} held-out prompts", flush=True)
+    jobs = {
+        "int8_unet": (quality_int8, checkpoint, str(work / "int8"), prompts),
+        "deepcache": (
+            quality_deepcache,
+            checkpoint,
+            str(work / "deepcache"),
+            prompts,
+            args.deepcache_intervals,
+        ),
+        "vae_int8": (quality_vae, checkpoint, str(work / "vae"), prompts),
+        "levers_max_abs_diff": (quality_levers, checkpoint, str(work / "levers"), 2),
+    }
+    out = {"checkpoint": checkpoint, "prompts": prompts}
+    for name, (fn, *fn_args) in jobs.items():
+        run = _run(f"quality: {name}", fn, *fn_args, limit_gb=limit, min_free_gb=free)
+        out[name] = _summary(run)
+    return out
 
 
 def _ir_parameters(xml: Path) -> int:
@@ -656,7 +1210,7 @@ def bench_quant_memory(model: str, args, work: Path) -> dict:
 
 
 def bench_deepcache(model: str, args, work: Path, spec: dict, result: dict) -> dict:
-    """The shallow UNet in bf16 and full INT8, and the average step time for each interval."""
+    """The shallow UNet in the best float (and full INT8), and the average step time for each interval."""
     limit, free = args.memory_limit_gb, args.min_free_gb
     shallow = work / "unet_shallow_fp16.xml"
     out = {"intervals": args.deepcache_intervals}
@@ -673,9 +1227,15 @@ def bench_deepcache(model: str, args, work: Path, spec: dict, result: dict) -> d
             return _summary(run)
     cached = {"cached": cached_shape(unet_config(model), args.batch, args.latent, args.latent)}
     shallow_spec = {**spec, "extra": cached}
-    targets = {"ov_bf16": shallow}
+    best = best_float(model, args, work, spec, result)
+    out["float"] = best["chosen"]
+    # around the best float: the shallow UNet in the precision that the full float UNet ran best in
+    targets = {best["variant"]: shallow}
+    precisions = {best["variant"]: best["chosen"]}
     quantized = work / "unet_shallow_full_int8.xml"
-    if args.reuse and quantized.is_file():
+    if args.no_deepcache_int8:
+        pass
+    elif args.reuse and quantized.is_file():
         targets["full_int8"] = quantized
     elif "full_int8" in result["variants"] and result["variants"]["full_int8"].get("ok"):
         calibration = work / "calibration_shallow"
@@ -696,12 +1256,13 @@ def bench_deepcache(model: str, args, work: Path, spec: dict, result: dict) -> d
         if q.ok:
             targets["full_int8"] = quantized
     for base, xml in targets.items():
+        precision = precisions.get(base, result.get("int8_float", {}).get("chosen", best["chosen"]))
         run = _run(
-            f"deepcache shallow step ({base})",
+            f"deepcache shallow step ({base}, float layers: {precision})",
             time_openvino,
             str(xml),
             shallow_spec,
-            None,
+            precision,
             args.iters,
             args.warmup,
             limit_gb=limit,
@@ -729,46 +1290,95 @@ def _speedups(result: dict) -> None:
                 rows[f"{base}+deepcache(N={n})"] = {"s_per_step": s, "cpu_s_per_step": cpu, "ok": True}
     rows = {name: entry for name, entry in rows.items() if entry.get("ok") and entry.get("s_per_step")}
 
-    def ratio(base: str, name: str, key: str):
+    def ratio(base: str | None, name: str, key: str):
         return rows[base][key] / rows[name][key] if base in rows else None
 
+    best = result.get("best_float", {}).get("variant")
     result["speedup"] = {
         name: {
             "s_per_step": entry["s_per_step"],
             "cpu_s_per_step": entry["cpu_s_per_step"],
             "vs_torch_fp32": ratio("torch_fp32", name, "s_per_step"),
             "vs_ov_bf16": ratio("ov_bf16", name, "s_per_step"),
+            "vs_best_float": ratio(best, name, "s_per_step"),
             "cpu_vs_torch_fp32": ratio("torch_fp32", name, "cpu_s_per_step"),
             "cpu_vs_ov_bf16": ratio("ov_bf16", name, "cpu_s_per_step"),
+            "cpu_vs_best_float": ratio(best, name, "cpu_s_per_step"),
         }
         for name, entry in rows.items()
     }
 
 
+def _whole_image(result: dict, steps: int) -> None:
+    """Seconds per image composed from the measured parts: ``steps`` UNet steps (batch 2, one
+    guided image) plus one VAE decode (lever ``vae_int8``): PyTorch's decoder for ``torch_fp32``,
+    the decoder in the best float for the OpenVINO rows, and each INT8 decoder beside the fastest
+    UNet row. The text encoder (one call per image, well under a UNet step) is left out."""
+    vae = result.get("levers", {}).get("vae_int8", {}).get("rows", {})
+    vae = {name: row["s_per_step"] for name, row in vae.items() if row.get("ok")}
+    float_vae = vae.get(result.get("best_float", {}).get("chosen"))
+    speed = result.get("speedup", {})
+    if float_vae is None or not speed:
+        return
+    rows = {}
+    for name, entry in speed.items():
+        decoder = vae.get("torch_fp32") if name == "torch_fp32" else float_vae
+        if decoder is not None:
+            rows[name] = {"unet_s": steps * entry["s_per_step"], "vae_s": decoder, "vae": "float"}
+    fastest = min((n for n in speed if n != "torch_fp32"), key=lambda n: speed[n]["s_per_step"])
+    for variant in VAE_VARIANTS:
+        if variant in vae:
+            rows[f"{fastest} + vae {variant}"] = {
+                "unet_s": steps * speed[fastest]["s_per_step"],
+                "vae_s": vae[variant],
+                "vae": variant,
+            }
+    best = result.get("best_float", {}).get("variant")
+    for row in rows.values():
+        row["s_per_image"] = row["unet_s"] + row["vae_s"]
+    for row in rows.values():
+        for base in ("torch_fp32", best):
+            if base in rows:
+                row[f"vs_{'torch_fp32' if base == 'torch_fp32' else 'best_float'}"] = (
+                    rows[base]["s_per_image"] / row["s_per_image"]
+                )
+    result["whole_image"] = {"steps": steps, "rows": rows}
+
+
 def print_table(results: dict) -> str:
     header = (
-        f"{'model':10} {'variant':26} {'prec':5} {'s/step':>8} {'x torch':>8} {'x bf16':>7} "
-        f"{'cpu s':>8} {'x torch':>8} {'x bf16':>7} {'size MB':>8} {'run GiB':>8} {'quant GiB':>9}"
+        f"{'model':10} {'variant':30} {'prec':5} {'s/step':>8} {'x torch':>8} {'x bf16':>7} {'x best':>7} "
+        f"{'cpu s':>8} {'x torch':>8} {'x best':>7} {'size MB':>8} {'run GiB':>8} {'quant GiB':>9}"
     )
     lines = [
-        f"{'':10} {'':26} {'':5} {'-- wall clock, median --':>25} {'-- CPU time, median --':>25}",
+        f"{'':10} {'':30} {'':5} {'-- wall clock, median --':>33} {'-- CPU time, median --':>25}",
         header,
     ]
     for model, result in results["models"].items():
         for name, speed in result.get("speedup", {}).items():
             entry = result["variants"].get(name, {})
-            quant = result["quantization"].get(name, {})
+            quant = result["quantization"].get(name.split("@")[0], {})
             size = entry.get("size_bytes")
             lines.append(
-                f"{model[:10]:10} {name:26} {entry.get('precision', ''):5} {speed['s_per_step']:8.2f} "
+                f"{model[:10]:10} {name:30} {entry.get('precision', ''):5} {speed['s_per_step']:8.2f} "
                 f"{_fmt(speed['vs_torch_fp32'], 8)} {_fmt(speed['vs_ov_bf16'], 7)} "
+                f"{_fmt(speed.get('vs_best_float'), 7)} "
                 f"{speed['cpu_s_per_step']:8.2f} {_fmt(speed['cpu_vs_torch_fp32'], 8)} "
-                f"{_fmt(speed['cpu_vs_ov_bf16'], 7)} {_fmt(size / 1e6 if size else None, 8, 0)} "
+                f"{_fmt(speed.get('cpu_vs_best_float'), 7)} {_fmt(size / 1e6 if size else None, 8, 0)} "
                 f"{_fmt(entry.get('peak_rss_gb'), 8, 1)} {_fmt(quant.get('peak_rss_gb'), 9, 1)}"
             )
         for name, quant in result["quantization"].items():
             if not quant.get("ok"):
-                lines.append(f"{model[:10]:10} {name:26} quantization failed: {quant.get('error', '')[:80]}")
+                lines.append(f"{model[:10]:10} {name:30} quantization failed: {quant.get('error', '')[:80]}")
+        if "best_float" in result:
+            best = result["best_float"]
+            lines.append(f"{model[:10]:10} best float: {best['chosen']} ({best['why']})")
+        if "int8_float" in result:
+            lines.append(
+                f"{model[:10]:10} INT8 variants' float layers: {', '.join(result['int8_float']['timed'])} "
+                f"(--int8-float {result['int8_float']['mode']})"
+            )
+        lines.extend(_lever_lines(model, result))
         choose = result.get("precision_choice", {}).get("choose", {})
         if choose.get("ok"):
             lines.append(f"{model[:10]:10} precision by measurement:")
@@ -782,9 +1392,101 @@ def print_table(results: dict) -> str:
                 f"(anonymous {run.get('peak_anon_gb', 0):5.1f}) "
                 f"{run.get('wall_s', 0):6.0f} s  {status}"
             )
+    for checkpoint, quality in results.get("quality", {}).items():
+        lines.extend(_quality_lines(checkpoint, quality))
     table = "\n".join(lines)
     print(table)
     return table
+
+
+def _lever_lines(model: str, result: dict) -> list[str]:
+    """One line per lever setting: seconds per call, the ratio to the lever's reference arm (wall
+    and CPU), and the max abs difference of its output from the reference's."""
+    lines = []
+    for lever, out in result.get("levers", {}).items():
+        if lever == "vae_int8":
+            continue
+        if not out.get("ok"):
+            lines.append(f"{model[:10]:10} lever {lever}: failed: {out.get('error', '')[:80]}")
+            continue
+        lines.append(
+            f"{model[:10]:10} lever {lever} ({out['precision_asked']}, {out['rounds']} rounds, "
+            f"reference: {out['reference']}):"
+        )
+        for name, arm in out["arms"].items():
+            parallel = (
+                f"  {arm['parallel']} in flight: {arm['s_per_call_parallel']:.3f} s per call"
+                if "s_per_call_parallel" in arm
+                else ""
+            )
+            lines.append(
+                f"{'':10}   {name:28} {arm['s_per_call']:9.3f} s  x{arm['speedup']:5.2f}  "
+                f"cpu {arm['cpu_s_per_call']:8.3f} s  x{arm['cpu_speedup']:5.2f}  "
+                f"max |diff| {arm['max_abs_diff']:.1e}{parallel}"
+            )
+    vae = result.get("levers", {}).get("vae_int8")
+    if vae:
+        lines.append(
+            f"{model[:10]:10} lever vae_int8 (decoder, batch 1, {vae['image_size']}x{vae['image_size']}):"
+        )
+        for name, row in vae["rows"].items():
+            status = (
+                f"{row['s_per_step']:9.3f} s  x{_fmt(row.get('vs_float'), 5)} vs float  "
+                f"cpu {row['cpu_s_per_step']:8.3f} s  ({row.get('precision', '')})"
+                if row.get("ok")
+                else f"failed: {row.get('error', '')[:60]}"
+            )
+            lines.append(f"{'':10}   {name:28} {status}")
+    whole = result.get("whole_image")
+    if whole:
+        lines.append(f"{model[:10]:10} per image ({whole['steps']} UNet steps + one VAE decode, composed):")
+        for name, row in whole["rows"].items():
+            lines.append(
+                f"{'':10}   {name:40} {row['s_per_image']:9.1f} s  x{_fmt(row.get('vs_torch_fp32'), 5)} torch  "
+                f"x{_fmt(row.get('vs_best_float'), 5)} best float"
+            )
+    return lines
+
+
+def _quality_lines(checkpoint: str, quality: dict) -> list[str]:
+    lines = [f"quality on {checkpoint} ({quality['prompts']} held-out prompts):"]
+    lines.append(f"  {'row':34} {'adherence':>9} {'PSNR dB':>8} {'SSIM':>6}  against")
+    int8 = quality.get("int8_unet", {})
+    for name, row in int8.get("rows", {}).items():
+        pair = row.get("vs_ov_f32") or row.get("vs_torch_fp32") or {}
+        against = "ov_f32" if "vs_ov_f32" in row else "torch_fp32"
+        lines.append(
+            f"  {'unet ' + name:34} {row['adherence']['score']:9.3f} {_fmt(pair.get('psnr_mean'), 8, 1)} "
+            f"{_fmt(pair.get('ssim_mean'), 6, 3)}  {against if pair else ''}"
+        )
+    for name, row in quality.get("deepcache", {}).get("rows", {}).items():
+        lines.append(
+            f"  {'deepcache ' + name:34} {row['adherence']['score']:9.3f} {_fmt(row.get('psnr_mean'), 8, 1)} "
+            f"{_fmt(row.get('ssim_mean'), 6, 3)}  {'f32 (no cache)' if 'ssim_mean' in row else ''}"
+        )
+    for name, row in quality.get("vae_int8", {}).get("rows", {}).items():
+        pair = row.get("vs_f32", {})
+        lines.append(
+            f"  {'vae decoder ' + name:34} {row['adherence']['score']:9.3f} {_fmt(pair.get('psnr_mean'), 8, 1)} "
+            f"{_fmt(pair.get('ssim_mean'), 6, 3)}  {'f32 decoder' if pair else ''}"
+        )
+    for lever, arms in quality.get("levers_max_abs_diff", {}).items():
+        if isinstance(arms, dict) and lever not in (
+            "ok",
+            "peak_rss_gb",
+            "peak_anon_gb",
+            "wall_s",
+            "load_avg",
+        ):
+            worst = max((arm["max_abs_diff"] for arm in arms.values() if isinstance(arm, dict)), default=None)
+            if worst is not None:
+                lines.append(
+                    f"  lever {lever:28} max abs diff of the UNet output from its reference: {worst:.1e}"
+                )
+    for name, part in quality.items():
+        if isinstance(part, dict) and part.get("ok") is False:
+            lines.append(f"  {name}: failed: {part.get('error', '')[:80]}")
+    return lines
 
 
 def _fmt(value, width: int, digits: int = 2) -> str:
@@ -797,7 +1499,7 @@ def parse_args(argv=None):
     )
     parser.add_argument(
         "--models",
-        nargs="+",
+        nargs="*",
         default=["sd15", "sdxl"],
         help="sd15 / sdxl (real architecture, random weights), or checkpoints: a diffusers folder, "
         "a hub id, tiny-sd15 / tiny-sdxl",
@@ -846,7 +1548,53 @@ def parse_args(argv=None):
         default=["f32", "bf16"],
         help="precisions timed by --choose-precision (each is timed, even one the CPU cannot run)",
     )
+    parser.add_argument(
+        "--int8-float",
+        choices=["auto", "f32", "bf16", "both"],
+        default="auto",
+        help="float precision of the layers the INT8 variants leave in float: auto (the UNet's best "
+        "float on this CPU, by choose_precision's rule), f32, bf16, or both (each INT8 variant timed "
+        "in every float precision the plugin offers; extra rows <variant>@<precision>)",
+    )
+    parser.add_argument(
+        "--quant-max-memory-gb",
+        type=float,
+        default=None,
+        help="quantize the UNet in parts within this budget (quantize_ir(max_memory_gb=...)); "
+        "default: in one piece, in one child watched at --quant-memory-limit-gb",
+    )
     parser.add_argument("--deepcache-intervals", nargs="+", type=int, default=[2, 3, 5])
+    parser.add_argument(
+        "--no-deepcache-int8", action="store_true", help="time DeepCache's shallow UNet in float only"
+    )
+    parser.add_argument(
+        "--lever-rounds", type=int, default=3, help="rounds of the runtime/static/guidance_split levers"
+    )
+    parser.add_argument(
+        "--lever-recompile",
+        action="store_true",
+        help="compile each lever arm afresh every round (one model in memory at a time) instead of "
+        "holding every arm compiled",
+    )
+    parser.add_argument(
+        "--runtime-arms",
+        nargs="*",
+        default=None,
+        help="arms of lever runtime to time (default: all of sdaccel.cpu.levers.runtime_arms); the "
+        "default arm always runs, first",
+    )
+    parser.add_argument(
+        "--steps-per-image", type=int, default=20, help="UNet steps of the composed per-image time"
+    )
+    parser.add_argument(
+        "--quality",
+        default=None,
+        metavar="CHECKPOINT",
+        help="also measure the quality cost of each lever on a trained sdaccel.shapes checkpoint "
+        "(checkpoints/tiny-shapes-sd15): INT8 UNets, DeepCache, VAE INT8 (adherence, PSNR/SSIM), and "
+        "the max abs difference of the runtime levers",
+    )
+    parser.add_argument("--quality-prompts", type=int, default=96, help="held-out prompts of --quality")
     parser.add_argument(
         "--memory-limit-gb", type=float, default=20.0, help="watchdog for export/timing children"
     )
@@ -869,9 +1617,14 @@ def main(argv=None) -> dict:
     if args.update and out.is_file():
         previous = json.loads(out.read_text())
         results["models"] = previous["models"]
+        if "quality" in previous:
+            results["quality"] = previous["quality"]
         results["runs"] = [*previous.get("runs", [previous["settings"]]), settings]
     print(json.dumps(results["machine"]), flush=True)
     out.parent.mkdir(parents=True, exist_ok=True)
+    if args.quality:
+        results.setdefault("quality", {})[label(args.quality)] = bench_quality(args)
+        out.write_text(json.dumps(results, indent=2, default=str))
     for model in args.models:
         name = label(model)
         entry = results["models"].get(name) or {"variants": {}, "quantization": {}, "export": {}}

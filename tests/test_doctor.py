@@ -184,7 +184,11 @@ def test_smoke_checkpoints(tmp_path):
     repo_dirs, _ = doctor.smoke_checkpoints(["00_environment_and_devices"])
     assert repo_dirs == ["checkpoints/tiny-shapes-sdxl"]
     repo_dirs, _ = doctor.smoke_checkpoints([nb.stem for nb in resources.NOTEBOOKS.values()])
-    assert repo_dirs == ["checkpoints/tiny-shapes-sd15", "checkpoints/tiny-shapes-sdxl"]
+    assert repo_dirs == [
+        "checkpoints/tiny-shapes-sd15",
+        "checkpoints/tiny-shapes-sdxl",
+        "checkpoints/tiny-shapes-sdxl-lcm-lora",
+    ]
 
 
 def test_unknown_notebook_is_refused_before_any_check(capsys):

@@ -70,6 +70,9 @@ class FakeHub:
             resources.MODELS["sdxl"].repo_id: SDXL_FILES,
             resources.MODELS["sd15"].repo_id: SD15_FILES,
             resources.MODELS["clip"].repo_id: CLIP_FILES,
+            resources.MODELS["lcm-lora-sdxl"].repo_id: {"pytorch_lora_weights.safetensors": 394},
+            resources.MODELS["lcm-lora-sd15"].repo_id: {"pytorch_lora_weights.safetensors": 135},
+            resources.MODELS["taesd"].repo_id: {"config.json": 1, "diffusion_pytorch_model.safetensors": 10},
         }
         self.events = []
 
@@ -143,7 +146,7 @@ def test_notebook_00_alone_reads_only_the_text_encoder(tmp_path):
 
 def test_size_is_printed_before_the_first_fetch_and_the_fetch_is_pinned(tmp_path):
     plans, hub, printed = run(tmp_path)
-    assert [p.name for p in plans] == ["sdxl", "sd15", "clip"]
+    assert [p.name for p in plans] == ["sdxl", "sd15", "clip", "lcm-lora-sdxl", "lcm-lora-sd15", "taesd"]
     first_fetch = next(i for i, e in enumerate(hub.events) if e[0] == "fetch")
     size_line = next(i for i, e in enumerate(hub.events) if e[0] == "print" and e[1].startswith("model "))
     assert size_line < first_fetch

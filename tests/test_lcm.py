@@ -10,11 +10,13 @@ its config and a random ``time_embedding.cond_proj.weight``.
 import json
 import shutil
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 from safetensors.numpy import load_file, save_file
 
+from sdaccel import bench
 from sdaccel.pipeline import Pipeline, image_keys, initial_noise, step_noise
 
 torch = pytest.importorskip("torch")
@@ -130,6 +132,32 @@ def test_sharded_euler_ancestral_matches_one_device(euler_a, tiny_sdxl):
     np.testing.assert_allclose(sharded.array, euler_a.generate(PROMPTS, **kwargs).array, rtol=0, atol=1e-5)
 
 
+def test_sharded_flops_count_the_guidance_embedding(tiny_lcm):
+    """An LCM UNet's step also projects the guidance embedding (``cond_proj``, in_features x
+    cond_dim): the sharded FLOPs count holds that matmul, and a single batch (no CFG)."""
+    from sdaccel import sharding
+    from sdaccel.sharded import ShardedPipeline
+
+    pipe = ShardedPipeline.from_pretrained(tiny_lcm, sharding.make_mesh(2), dtype=jnp.float32, progress=False)
+    args = pipe.inputs(PROMPTS[:2], None, 2, 1.5, SIZE, SIZE, 0)
+    assert args[2].prompt_embeds.shape[1] == 1  # guidance as an embedding: G = 1
+    flops = pipe.flops(args)
+    with_cond = flops["unet_step"]
+    params, state, cond, noise, _ = args
+    x = jax.ShapeDtypeStruct((2, *noise.shape[1:]), noise.dtype)
+
+    def spec(a):
+        return None if a is None else jax.ShapeDtypeStruct((2, *a.shape[2:]), a.dtype)
+
+    abstract = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype), params["unet"])
+    t = jax.ShapeDtypeStruct((), state.timesteps.dtype)
+    inputs = (abstract, x, t, spec(cond.prompt_embeds), spec(cond.text_embeds), spec(cond.time_ids))
+    without = bench.aot_compile(pipe._unet_call, *inputs).flops
+    in_features = pipe.pipeline.unet_config.block_out_channels[0]
+    assert with_cond - without >= 2 * in_features * COND_DIM
+    assert with_cond - without < 0.01 * without
+
+
 def test_lcm_pipeline_matches_diffusers(tiny_lcm, monkeypatch):
     """An LCM UNet: guidance as an embedding (no negative batch), LCMScheduler, 4 steps."""
     ours = Pipeline.from_pretrained(tiny_lcm, dtype=jnp.float32, scheduler="lcm", progress=False)
@@ -200,6 +228,17 @@ def test_lcm_unet_exports_timestep_cond(lcm_export):
         "timestep_cond",
     ]
     assert inputs["timestep_cond"][1].get_length() == COND_DIM and inputs["timestep_cond"][0].is_dynamic
+
+
+def test_static_lcm_pipeline_takes_the_unguided_shape(lcm_export):
+    """A static LCM pipeline is compiled for batch x 1 (no negative half), whatever ``guidance``
+    the StaticShape said, and runs with a guidance scale above 1 (told as an embedding)."""
+    from sdaccel.cpu.pipeline import OVPipeline
+
+    pipe = OVPipeline.from_pretrained(lcm_export, precision="f32", static=(2, SIZE, SIZE), scheduler="lcm")
+    assert pipe.static.guidance is False and pipe.static.model_batch == 2
+    out = pipe(PROMPTS[:2], steps=2, guidance_scale=6.0, seed=1)
+    assert out.array.shape == (2, SIZE, SIZE, 3) and out.array.std() > 0.02
 
 
 @pytest.mark.parametrize("scheduler", ["lcm", "euler_a"])

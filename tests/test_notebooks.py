@@ -175,6 +175,42 @@ CHECKS = {
             lambda r: r["deepcache_quality"]["f32+deepcache(N=3)"]["unet_calls_per_image"]["full"] == 7,
         ),
     ],
+    "07_fewer_steps": [
+        # the 20-step base, LCM-LoRA, + TAESD, + INT8, each timed, the ratios to the first row
+        ("four configurations timed", lambda r: len(r["cpu_speed"]) == 4),
+        ("every time positive", lambda r: all(row["seconds"] > 0 for row in r["cpu_speed"].values())),
+        ("the base's ratio is 1", lambda r: r["cpu_speed"][r["cpu_names"]["base"]]["x_base"] == 1.0),
+        # 10x fewer UNet images per picture: measured 5.5-7.5x faster per image on the toy
+        (
+            "LCM-LoRA at 4 steps beats the 20-step base",
+            lambda r: r["cpu_speed"][r["cpu_names"]["lcm"]]["x_base"] > 1.5,
+        ),
+        # the fused UNet has the base's shapes: its 4-step program is the no-adapter row's, compiled once
+        (
+            "JAX compile kept apart, and reused after fusing",
+            lambda r: (
+                r["jax_speed"][r["jax_base"]]["compile_s"] > 0
+                and r["jax_speed"]["LCM-LoRA, 4 steps"]["compile_s"] == 0
+            ),
+        ),
+        ("unfuse gives the float32 base images back exactly", lambda r: r["unfused_max_diff_255"] == 0),
+        (
+            "adherence against steps for both samplers",
+            lambda r: {row["sampler"] for row in r["adherence_vs_steps"]} == {"base", "lcm"},
+        ),
+        # 16 held-out prompts, OpenVINO f32: measured 15/16 for the LCM-LoRA at 4 steps, 16/16 for
+        # the base at 20 and 1/16 for the base at 4; one more miss allowed for other builds
+        (
+            "LCM-LoRA at 4 steps within 2/16 of the base at 20, far above the base at 4",
+            lambda r: (
+                (s := {(row["sampler"], row["steps"]): row["score"] for row in r["adherence_vs_steps"]})[
+                    ("lcm", 4)
+                ]
+                >= s[("base", 20)] - 2 / 16
+                and s[("lcm", 4)] >= s[("base", 4)] + 0.5
+            ),
+        ),
+    ],
 }
 
 

@@ -416,3 +416,18 @@ def test_ov_errors_before_writing(sd15_export, tiny_sd15, tmp_path):
     with pytest.raises(ValueError, match="replace the export's own decoder"):
         export_tiny_decoder(sd15_export, small, name="vae_decoder")
     assert sorted(p.name for p in sd15_export.iterdir()) == before
+
+
+def test_scale_factor_of_a_tiny_autoencoder_config(tmp_path):
+    """TAESD's own config.json names its levels ``decoder_block_out_channels`` only."""
+    import json
+
+    from sdaccel.cpu.export import vae_scale_factor_of
+
+    (tmp_path / "vae_decoder").mkdir()
+    config = {"_class_name": "AutoencoderTiny", "decoder_block_out_channels": [64, 64, 64, 64]}
+    (tmp_path / "vae_decoder" / "config.json").write_text(json.dumps(config))
+    assert vae_scale_factor_of(tmp_path) == 8
+    config["block_out_channels"] = [16, 32, 64]  # where both are present, the VAE's own key wins
+    (tmp_path / "vae_decoder" / "config.json").write_text(json.dumps(config))
+    assert vae_scale_factor_of(tmp_path) == 4

@@ -552,3 +552,50 @@ def check_tiny_vae_compatible(tiny: dict, checkpoint: str | os.PathLike) -> None
             f"but {checkpoint} makes {own.get('latent_channels', 4)}-channel latents {own_scale}x smaller: "
             "it was made for another model. Use vae=None, or a tiny autoencoder made for this one."
         )
+
+
+# ----------------------------------------------------------------------------------------------
+# 5. LoRA adapters: a local file or folder, or a hub repository (LCM-LoRA, say)
+# ----------------------------------------------------------------------------------------------
+
+#: The files of a LoRA repository on the hub: diffusers' ``save_lora_weights`` writes the first,
+#: peft's ``save_pretrained`` the other two (:data:`sdaccel.lora.WEIGHT_NAMES` reads either).
+LORA_FILES = ["pytorch_lora_weights.safetensors", "adapter_model.safetensors", "adapter_config.json"]
+
+
+def resolve_lora(path_or_id: str | os.PathLike) -> Path:
+    """The local path of a LoRA adapter, for :func:`sdaccel.lora.read_lora` and the pipelines'
+    ``fuse_lora`` / ``export_pipeline(..., lora=...)``.
+
+    * an existing ``.safetensors`` file or folder: itself;
+    * a hub id ``org/name`` (``latent-consistency/lcm-lora-sdxl``): the repository's LoRA files
+      (:data:`LORA_FILES`, nothing else) from the hub or its cache, as a folder.
+
+    Raises :class:`CheckpointError`, naming the fix, for anything else or when the download fails
+    or the repository holds no LoRA weights.
+    """
+    text = os.fspath(path_or_id)
+    local = Path(text).expanduser()
+    if local.exists():
+        return local
+    if text.count("/") != 1 or text.startswith((".", "/", "~")) or text.endswith(".safetensors"):
+        raise CheckpointError(
+            f"No LoRA at {text!r}: it is neither an existing file or folder nor a hub id 'org/name' "
+            "(check the path, or pass e.g. 'latent-consistency/lcm-lora-sdv1-5')."
+        )
+    from huggingface_hub import snapshot_download
+
+    try:
+        folder = Path(snapshot_download(text, allow_patterns=LORA_FILES))
+    except Exception as err:  # the hub client raises many types; all mean "could not get it"
+        raise CheckpointError(
+            f"Could not download the LoRA {text!r} from the Hugging Face hub ({type(err).__name__}: "
+            f"{err}). Without network access, download it elsewhere (`python -m sdaccel.download "
+            "--notebooks 07`) or pass the path of its .safetensors file."
+        ) from err
+    if not any((folder / name).is_file() for name in LORA_FILES[:2]):
+        raise CheckpointError(
+            f"The hub repository {text!r} holds no {' or '.join(LORA_FILES[:2])}: it is not a LoRA in "
+            "the diffusers or peft layout. Pass the path of the adapter's .safetensors file."
+        )
+    return folder

@@ -30,7 +30,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -273,6 +275,102 @@ def format_table(result: dict) -> str:
             "include the change of sampler."
         )
     return "\n".join(lines)
+
+
+def final_latents(pipe, prompts: Sequence[str], latents, steps: int, guidance_scale: float, size: int):
+    """The final (diffusion-scaled) latents of ``pipe`` for ``prompts`` from initial ``latents``."""
+    out = pipe.generate(
+        list(prompts), steps=steps, guidance_scale=guidance_scale, height=size, width=size, latents=latents
+    )
+    return np.asarray(out.latents, np.float32)
+
+
+def vae_decoder_quality(
+    checkpoint: str | os.PathLike,
+    work_dir: str | os.PathLike,
+    variants: Sequence[str] = ("int8_weights", "hybrid", "full_int8"),
+    num_prompts: int = 96,
+    calibration_prompts: int = 16,
+    steps: int = 20,
+    guidance_scale: float = 6.0,
+    seed: int = 0,
+) -> dict:
+    """What each INT8 decoder costs on a trained ``sdaccel.shapes`` checkpoint.
+
+    The f32 pipeline (``INFERENCE_PRECISION_HINT=f32``) generates ``num_prompts`` held-out prompts
+    from the noise of :func:`sdaccel.evaluate_shapes.paired_latents`; their final latents are
+    decoded by the f32 decoder (the reference) and by each INT8 decoder (compiled with the f32
+    hint, so that INT8 is the only difference). Calibration: the final latents of
+    ``calibration_prompts`` *training* captions. Returns per row the prompt adherence
+    (:func:`sdaccel.shapes.adherence`), PSNR/SSIM against the f32 decoder's images, the size on
+    disk and the quantization counts.
+    """
+    from sdaccel.checkpoint import resolve_checkpoint
+    from sdaccel.cpu.export import MODEL_XML, export_pipeline, text_to_image_components, vae_scale_factor_of
+    from sdaccel.cpu.pipeline import OVPipeline
+    from sdaccel.cpu.quality import compare_images, compile_f32
+    from sdaccel.cpu.quantize import describe_ir, ir_size_bytes
+    from sdaccel.cpu.quantize_vae import VARIANTS as VAE_VARIANTS
+    from sdaccel.cpu.quantize_vae import decode, decoder_inputs, quantize_vae_decoder
+    from sdaccel.staging import check_writable
+
+    bad = [v for v in variants if v not in VAE_VARIANTS]
+    if bad:
+        raise ValueError(f"unknown INT8 variants {bad}; expected some of {VAE_VARIANTS}")
+    folder = resolve_checkpoint(checkpoint)
+    work = Path(work_dir)
+    check_writable(work)
+    size = read_config(folder, "unet")["sample_size"] * vae_scale_factor_of(folder, "vae")
+    export = export_pipeline(
+        folder,
+        work / "openvino",
+        components=text_to_image_components(folder),
+        weight_dtype="fp32",
+        progress=False,
+    )
+    pipe = OVPipeline.from_pretrained(export, precision="f32")
+    call = dict(steps=steps, guidance_scale=guidance_scale, size=size)
+    prompts = shapes.heldout_prompts(num_prompts, seed=seed)
+    heldout = decoder_inputs(
+        final_latents(pipe, prompts, paired_latents(folder, num_prompts, size, seed), **call), pipe.vae_config
+    )
+    train = shapes.prompts(calibration_prompts, seed=seed + 1, split="train")
+    noise = paired_latents(folder, calibration_prompts, size, seed + 10_000)
+    calibration = decoder_inputs(final_latents(pipe, train, noise, **call), pipe.vae_config)
+    src = export / "vae_decoder" / MODEL_XML
+    reference = _uint8(decode(compile_f32(src), heldout))
+    rows = {
+        "f32": {
+            "adherence": shapes.adherence(reference, prompts),
+            "size_bytes": ir_size_bytes(src),
+            **describe_ir(src),
+        }
+    }
+    for variant in variants:
+        dst = work / f"vae_decoder_{variant}.xml"
+        report = quantize_vae_decoder(src, dst, variant, calibration)
+        images = _uint8(decode(compile_f32(dst), heldout))
+        pair = compare_images(reference, images)
+        rows[variant] = {
+            "adherence": shapes.adherence(images, prompts),
+            "vs_f32": {k: pair[k] for k in ("psnr_mean", "ssim_mean", "identical")},
+            **{k: report[k] for k in ("size_bytes", "seconds", "calibration_samples")},
+            **describe_ir(dst),
+        }
+    return {
+        "config": {
+            "checkpoint": str(checkpoint),
+            "prompts": num_prompts,
+            "split": "heldout",
+            "calibration_prompts": calibration_prompts,
+            "calibration_split": "train",
+            "size": size,
+            "seed": seed,
+            **{k: v for k, v in call.items() if k != "size"},
+            "precision": "f32 hint everywhere; the INT8 layers run in INT8",
+        },
+        "rows": rows,
+    }
 
 
 def main(argv: list[str] | None = None) -> dict:

@@ -70,6 +70,9 @@ KNOWN_NOISE = (
     # and torchvision is left out on purpose (PyPI's build fails beside the CPU torch 2.13.0)
     ("transformers.utils.import_utils", "`CLIPImageProcessor` requires torchvision (not installed)"),
     ("transformers.utils.import_utils", "`SiglipImageProcessor` requires torchvision (not installed)"),
+    # AutoencoderTiny's config keeps `block_out_channels` (our exporter reads it), and diffusers
+    # warns, when it reads such a config back, that the class takes no argument of that name
+    ("diffusers.configuration_utils", "The config attributes {'block_out_channels': "),
 )
 
 

@@ -164,6 +164,29 @@ SMOKE: dict[str, dict] = {
         "QUALITY_PROMPTS": 12,
         "QUANT_MEMORY_LIMIT_GB": 4.0,
     },
+    "07_fewer_steps": {
+        "PROMPTS": HELD_OUT_PROMPTS[:4],
+        "REPEATS": 2,
+        "JAX_MODEL_ID": TINY_SDXL,
+        "JAX_VARIANT": None,
+        "JAX_DTYPE": "float32",
+        "JAX_LORA": TINY_SDXL + "-lcm-lora",  # distilled in this repository (sdaccel.distill_lcm)
+        "JAX_HEIGHT": 32,
+        "JAX_WIDTH": 32,
+        "JAX_BASE_STEPS": 20,
+        "JAX_GUIDANCE_SCALE": 6.0,
+        "JAX_LCM_STEPS": [4],  # one program, shared with the no-adapter row; the step sweep runs on OpenVINO
+        "CPU_MODEL_ID": TINY_SDXL,  # the toy with a distilled LCM-LoRA
+        "CPU_LORA": TINY_SDXL + "-lcm-lora",
+        "FAST_VAE": "random",  # a random-weight TAESD of the checkpoint's shape: timed, draws noise
+        "CPU_HEIGHT": 32,
+        "CPU_WIDTH": 32,
+        "CPU_GUIDANCE_SCALE": 6.0,
+        "PRECISION": "f32",
+        "INT8_VARIANT": "int8_weights",  # no calibration run
+        "QUANT_MEMORY_GB": 4.0,
+        "ADHERENCE_PROMPTS": 16,
+    },
 }
 
 

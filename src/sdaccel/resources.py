@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from sdaccel.checkpoint import allow_patterns
+from sdaccel.checkpoint import LORA_FILES, TINY_VAE_FILES, allow_patterns
 
 PROFILES = ("smoke", "full")
 
@@ -78,6 +78,12 @@ MODELS = {
         ),
         download_gib=0.6,
     ),
+    # notebook 07: the LCM-LoRAs (fused into the base models) and TAESD, the tiny autoencoder of SD 1.x
+    "lcm-lora-sdxl": Model("latent-consistency/lcm-lora-sdxl", patterns=tuple(LORA_FILES), download_gib=0.4),
+    "lcm-lora-sd15": Model(
+        "latent-consistency/lcm-lora-sdv1-5", patterns=tuple(LORA_FILES), download_gib=0.2
+    ),
+    "taesd": Model("madebyollin/taesd", patterns=tuple(TINY_VAE_FILES), download_gib=0.01),
 }
 
 
@@ -136,6 +142,15 @@ NOTEBOOKS = {
         ),
         Notebook(
             "06_cpu_benchmark_and_comparison", "x86 CPU", Needs(3.0, 0.3), Needs(16.0, 8.0), {"sd15": None}
+        ),
+        # full: SDXL in bf16 for the JAX half (on the host while it loads), then SD 1.5's base and
+        # LCM-LoRA exports (f32, about 4.3 GB each) and a hybrid INT8 UNet, quantized within a budget
+        Notebook(
+            "07_fewer_steps",
+            "TPU v5e (JAX half), x86 CPU",
+            Needs(3.0, 0.3),
+            Needs(16.0, 10.0),
+            {"sdxl": None, "lcm-lora-sdxl": None, "sd15": None, "lcm-lora-sd15": None, "taesd": None},
         ),
     )
 }

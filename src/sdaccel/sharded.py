@@ -282,8 +282,9 @@ class ShardedPipeline:
         is left out is the checkpoint's default."""
         return self.compile(self.inputs([""] * batch, None, steps, guidance_scale, height, width, 0))
 
-    def _unet_call(self, unet_params, x, t, context, text_embeds, time_ids):
-        return nnx.merge(self.pipeline._unet_graphdef, unet_params)(x, t, context, text_embeds, time_ids)
+    def _unet_call(self, unet_params, x, t, context, text_embeds, time_ids, timestep_cond=None):
+        unet = nnx.merge(self.pipeline._unet_graphdef, unet_params)
+        return unet(x, t, context, text_embeds, time_ids, timestep_cond)
 
     def flops(self, args: tuple) -> dict:
         """FLOPs of one call as XLA counts them, all devices together.
@@ -318,6 +319,9 @@ class ShardedPipeline:
             folded(cond.text_embeds),
             folded(cond.time_ids),
         )
+        if self.pipeline.guidance_embedded:  # an LCM UNet is also told the guidance scale
+            dim = self.pipeline.unet_config.time_cond_proj_dim
+            unet_args += (jax.ShapeDtypeStruct((1, dim), jnp.float32, sharding=replicated(self.mesh)),)
         unet = self._unet_cache.compile(*unet_args).flops
         if program is None or unet is None:
             return {"total": None, "unet_step": None, "program_as_counted": None}

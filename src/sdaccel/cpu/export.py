@@ -441,8 +441,10 @@ def check_static_shape(shape: StaticShape, m: int) -> None:
 
 def vae_scale_factor_of(folder: Path, component: str = "vae_decoder") -> int:
     """2 ** (number of VAE levels - 1): 8 for every Stable Diffusion VAE (4 for the three-level
-    VAE of the shapes checkpoints). ``component`` is ``"vae"`` in a diffusers checkpoint folder."""
-    return vae_scale_factor(read_config(folder, component)["block_out_channels"])
+    VAE of the shapes checkpoints). ``component`` is ``"vae"`` in a diffusers checkpoint folder.
+    A tiny autoencoder's config (TAESD) names its levels ``decoder_block_out_channels``."""
+    config = read_config(folder, component)
+    return vae_scale_factor(config.get("block_out_channels") or config["decoder_block_out_channels"])
 
 
 def read_defaults(folder: str | os.PathLike, vae_component: str = "vae_decoder") -> Defaults:

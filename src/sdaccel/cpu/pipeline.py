@@ -139,6 +139,9 @@ class OVPipeline:
         self.unet_config = read_config(folder, "unet")
         #: an LCM UNet: the guidance scale goes in as ``timestep_cond``, with no negative batch
         self.guidance_embedded = self.unet_config.get("time_cond_proj_dim") is not None
+        if self.guidance_embedded and self.static is not None and self.static.guidance:
+            # such a UNet never sees a negative batch: its one static shape is the unguided one
+            self.static = dataclasses.replace(self.static, guidance=False)
         self.defaults = read_defaults(folder)
         if self.static is not None:  # a static pipeline takes one size: make it the default
             self.defaults = dataclasses.replace(

@@ -1,0 +1,170 @@
+"""sdaccel.whole_image: timing whole images, composing them from parts, the TPU floor."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from sdaccel import whole_image
+from sdaccel.contract import GenerationResult
+
+ROOT = Path(__file__).resolve().parents[1]
+PLANS = sorted((ROOT / "benchmarks" / "results").glob("tpu_plan_*.json"))
+
+
+class Clock:
+    """A clock that each call of the fake front-end advances by a known amount."""
+
+    def __init__(self):
+        self.now = 100.0
+
+    def __call__(self):
+        return self.now
+
+
+def _front_end(clock, seconds, timings):
+    calls = []
+
+    def call():
+        calls.append(len(calls))
+        clock.now += seconds[len(calls) - 1]
+        return GenerationResult([], None, dict(timings[len(calls) - 1]))
+
+    return call, calls
+
+
+def test_time_calls_warms_up_once_and_splits_each_run():
+    clock = Clock()
+    timings = [
+        {"compile_s": 3.0, "encode_s": 0.5, "denoise_decode_s": 1.5, "vae_decoder_s": 0.4},  # warm-up
+        {"compile_s": 0.0, "encode_s": 0.2, "denoise_decode_s": 1.6, "vae_decoder_s": 0.5},
+        {"compile_s": 0.0, "encode_s": 0.3, "denoise_decode_s": 1.8, "vae_decoder_s": 0.6},
+    ]
+    call, calls = _front_end(clock, [5.0, 2.0, 2.25], timings)
+    times = whole_image.time_calls(call, 2, clock=clock)
+    assert len(calls) == 3
+    assert times["warmup_s"] == pytest.approx(5.0)
+    assert times["image_s"] == pytest.approx([2.0, 2.25])
+    assert times["encode_s"] == pytest.approx([0.2, 0.3])
+    assert times["decode_s"] == pytest.approx([0.5, 0.6])
+    assert times["denoise_s"] == pytest.approx([1.1, 1.2])
+    assert times["denoise_decode_s"] == pytest.approx([1.6, 1.8])
+    summary = whole_image.summarize(times, baseline_s=10.0)
+    assert summary["image_s"] == pytest.approx(2.125)
+    assert summary["encode_s"] == pytest.approx(0.25)
+    assert summary["decode_s"] == pytest.approx(0.55)
+    assert summary["ratio"] == pytest.approx(10.0 / 2.125)
+    assert summary["runs"] == 2
+
+
+def test_time_calls_excludes_compile_time_and_keeps_missing_parts_missing():
+    clock = Clock()
+    timings = [{}, {"compile_s": 4.0, "encode_s": 0.1, "denoise_decode_s": 0.9}]
+    call, _ = _front_end(clock, [1.0, 5.0], timings)
+    warm = []
+    times = whole_image.time_calls(call, 1, warmup=lambda: warm.append(call()), clock=clock)
+    assert len(warm) == 1
+    assert times["image_s"] == pytest.approx([1.0])  # 5 s wall less 4 s compiling
+    assert times["compile_s"] == pytest.approx([4.0])
+    assert times["decode_s"] == [None] and times["denoise_s"] == [None]  # JAX: one program
+    summary = whole_image.summarize(times)
+    assert summary["decode_s"] is None and summary["ratio"] is None
+    assert summary["denoise_decode_s"] == pytest.approx(0.9)
+
+
+def test_time_calls_refuses_no_runs():
+    with pytest.raises(ValueError, match="runs must be at least 1"):
+        whole_image.time_calls(lambda: None, 0)
+
+
+def test_composed_seconds():
+    assert whole_image.composed_seconds(1.5, 40.0, 20, 30.0) == pytest.approx(831.5)
+    with pytest.raises(ValueError, match="steps >= 1"):
+        whole_image.composed_seconds(1.0, 2.0, 0, 3.0)
+
+
+def _plan(path, rows):
+    path.write_text(json.dumps({"rows": rows}))
+    return path
+
+
+def _row(unet_call, batch, guidance=True, size=1024):
+    return {
+        "flops": {"unet_call": unet_call},
+        "global_batch": batch,
+        "guidance": guidance,
+        "height": size,
+        "width": size,
+        "dtype": "bfloat16",
+    }
+
+
+def test_unet_row_flops_divides_by_the_latents_and_checks_agreement(tmp_path):
+    a = _plan(tmp_path / "a.json", [_row(80.0, 4), _row(None, 4)])
+    b = _plan(tmp_path / "b.json", [_row(10.0, 1, guidance=False)])
+    out = whole_image.unet_row_flops([a, b])
+    assert out["flops"] == pytest.approx(10.0)
+    assert (out["height"], out["width"]) == (1024, 1024)
+    assert [s["latents"] for s in out["sources"]] == [8, 1]
+    c = _plan(tmp_path / "c.json", [_row(11.0, 1, guidance=False)])
+    with pytest.raises(ValueError, match="disagree"):
+        whole_image.unet_row_flops([a, c])
+    d = _plan(tmp_path / "d.json", [_row(10.0, 1, guidance=False, size=512)])
+    with pytest.raises(ValueError, match="different sizes"):
+        whole_image.unet_row_flops([a, d])
+    with pytest.raises(ValueError, match="no row"):
+        whole_image.unet_row_flops([_plan(tmp_path / "e.json", [_row(None, 1)])])
+
+
+@pytest.mark.skipif(not PLANS, reason="no tpu_plan JSON in benchmarks/results")
+def test_the_recorded_plans_agree_on_sdxl_unet_flops():
+    out = whole_image.unet_row_flops(PLANS)
+    # SDXL's UNet at 1024x1024 (128x128 latents): about 6.8 TFLOP per latent, in every plan
+    assert out["flops"] == pytest.approx(6.779e12, rel=1e-3)
+    assert (out["height"], out["width"]) == (1024, 1024)
+
+
+def test_tpu_floor():
+    out = whole_image.tpu_floor(6.0e12, 4, False, 10.0e12, 200e12, encode_flops=1.0e12)
+    assert out["unet_flops"] == pytest.approx(24.0e12)
+    assert out["flops"] == pytest.approx(35.0e12)
+    assert out["floor_s"] == pytest.approx(0.175)
+    assert out["unet_floor_s"] == pytest.approx(0.12)
+    guided = whole_image.tpu_floor(6.0e12, 20, True, None, 200e12)
+    assert guided["flops"] == pytest.approx(240.0e12)
+    with pytest.raises(ValueError):
+        whole_image.tpu_floor(6.0e12, 0, False, None, 200e12)
+
+
+# ----------------------------------------------------------------------------------------------
+# benchmarks/bench_whole_image.py
+# ----------------------------------------------------------------------------------------------
+
+SCRIPT = ROOT / "benchmarks" / "bench_whole_image.py"
+
+
+def bench(*args: str, timeout: float = 1800):
+    import subprocess
+    import sys
+
+    return subprocess.run(
+        [sys.executable, str(SCRIPT), *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout
+    )
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["sd15", "--runs", "0"], "--runs must be at least 1"),
+        (["sd15", "--quick", "--reuse"], "leave out --reuse"),
+        (["sd15", "--rows", "nope"], "invalid choice"),
+    ],
+)
+def test_bad_arguments_are_refused_before_anything_runs(tmp_path, args, message):
+    out = tmp_path / "out.json"
+    run = bench(*args, "--out", str(out), "--workdir", str(tmp_path / "work"), timeout=120)
+    assert run.returncode == 2
+    assert message in run.stderr
+    assert not out.exists() and not (tmp_path / "work").exists()
