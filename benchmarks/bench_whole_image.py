@@ -54,6 +54,8 @@ from pathlib import Path
 from bench_memory import build_random_checkpoint
 from bench_openvino import _run, _summary, machine_info
 
+from sdaccel.distill_lcm import TARGET_MODULES
+
 PROMPT = "a photo of an astronaut riding a horse on mars"
 QUANT_VARIANTS = ("int8_weights", "hybrid", "full_int8")
 ROWS = (
@@ -72,23 +74,6 @@ REUSE = {
         "command": "python benchmarks/bench_memory.py sd15 --calib-samples 2 --out benchmarks/results/memory_sd15.json",
     }
 }
-#: The modules an LCM-LoRA adapts in the UNet (latent-consistency/lcm-lora-sdv1-5's targets).
-LCM_LORA_TARGETS = (
-    "to_q",
-    "to_k",
-    "to_v",
-    "to_out.0",
-    "proj_in",
-    "proj_out",
-    "ff.net.0.proj",
-    "ff.net.2",
-    "conv1",
-    "conv2",
-    "conv_shortcut",
-    "downsamplers.0.conv",
-    "upsamplers.0.conv",
-    "time_emb_proj",
-)
 V5E_PEAK_BF16 = 197e12
 
 
@@ -108,7 +93,7 @@ def make_lora(src: str, path: str, rank: int = 64, seed: int = 0) -> dict:
     rng = np.random.default_rng(seed)
     tensors = {}
     for module, shape in checkpoint_targets(src)["unet"].items():
-        if not module.endswith(LCM_LORA_TARGETS):
+        if not module.endswith(TARGET_MODULES):  # the layers an LCM-LoRA adapts
             continue
         out, fan_in = shape[0], shape[1]
         kernel = tuple(shape[2:])
