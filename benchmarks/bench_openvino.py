@@ -72,6 +72,13 @@ rounds, each warmed up first (``--lever-recompile``: compiled afresh every round
 SD 1.5 UNet is in memory at a time); each row has the properties the plugin reports and the max
 abs difference of its output from the reference arm's.
 
+Lever ``tome`` (token merging, Bolya and Hoffman 2023, with ``tomesd``; ``sdaccel.cpu.tome``): the
+UNet exported with ``--tome-ratios`` of its full-resolution tokens merged before self-attention
+(traced at ``--latent``, the only size such an IR runs at; weights stored fp16), timed in the best
+float against the unmerged UNet IR, interleaved over ``--lever-rounds`` rounds (each IR compiled,
+warmed up and timed in turn every round, one model in memory at a time). Its quality cost is the
+``tome`` part of ``--quality`` (``sdaccel.cpu.tome.measure``).
+
 Lever ``vae_int8``: the VAE decoder (batch 1, ``8 x --latent`` pixels square) in PyTorch fp32 (when
 the run has a ``torch_fp32`` row), as an IR in the best float, and quantized by each recipe of
 ``sdaccel.cpu.quantize_vae`` (synthetic latents for calibration). With it, the table also composes
@@ -81,8 +88,10 @@ Option ``--quality CHECKPOINT`` (a trained ``sdaccel.shapes`` checkpoint such as
 ``checkpoints/tiny-shapes-sd15``; ``--quality-prompts`` held-out prompts): what the levers that change
 numbers cost, each in a child: the INT8 UNets (``sdaccel.evaluate_shapes``: adherence, PSNR/SSIM
 against OpenVINO f32), DeepCache at ``--deepcache-intervals`` (``sdaccel.cpu.deepcache.measure``),
-the INT8 VAE decoders (``sdaccel.evaluate_shapes.vae_decoder_quality``), and the max abs difference of
-the runtime levers' UNet outputs. ``--models`` with no entry measures only that:
+the INT8 VAE decoders (``sdaccel.evaluate_shapes.vae_decoder_quality``), the max abs difference of
+the runtime levers' UNet outputs, and token merging at ``--tome-ratios`` (``sdaccel.cpu.tome.measure``:
+adherence, PSNR/SSIM against the unmerged f32 images). ``--quality-parts`` runs some of them (with
+``--update``, the others' earlier results are kept). ``--models`` with no entry measures only that:
 
     python benchmarks/bench_openvino.py --models --variants --quality checkpoints/tiny-shapes-sd15
     python benchmarks/bench_openvino.py --models sd15 --variants torch_fp32 ov_f32 full_int8 \
@@ -120,6 +129,7 @@ import numpy as np
 from sdaccel.cpu.deepcache import cached_shape
 from sdaccel.cpu.precision import CANDIDATES
 from sdaccel.cpu.quantize import SENSITIVE_LAYER_PATTERNS, quantize_ir
+from sdaccel.cpu.tome import check_ratio
 from sdaccel.env import cpu_features
 from sdaccel.evaluate_shapes import FLOAT_GROUP_VARIANTS
 
@@ -142,7 +152,10 @@ INT8 = ("int8_weights", "hybrid", "full_int8", "full_int8_float_resnets")
 #: trained models (``sdaccel.evaluate_shapes.FLOAT_GROUP_VARIANTS``).
 FLOAT_GROUPS = {"full_int8_float_resnets": ("full_int8", FLOAT_GROUP_VARIANTS["full_int8, float resnets"])}
 FLOAT_VARIANTS = {"ov_f32": "f32", "ov_bf16": "bf16"}
-LEVERS = ("deepcache", "quant_memory", "runtime", "static", "guidance_split", "vae_int8")
+LEVERS = ("deepcache", "quant_memory", "runtime", "static", "guidance_split", "vae_int8", "tome")
+#: The parts of ``--quality`` (``--quality-parts``): the INT8 UNets, DeepCache, the INT8 VAE
+#: decoders, the runtime levers' output differences, token merging.
+QUALITY_PARTS = ("int8_unet", "deepcache", "vae_int8", "levers_max_abs_diff", "tome")
 #: The VAE decoder recipes of lever ``vae_int8`` (``sdaccel.cpu.quantize_vae``).
 VAE_VARIANTS = ("int8_weights", "hybrid", "full_int8")
 
@@ -330,6 +343,64 @@ def export_deepcache_shallow(model: str, xml: str, seed: int = 0) -> dict:
     Path(xml).parent.mkdir(parents=True, exist_ok=True)
     ov.save_model(ov_model, xml, compress_to_fp16=True)
     return {"inputs": [port.get_any_name() for port in ov_model.inputs]}
+
+
+# ----------------------------------------------------------------------------------------------
+# Token merging: the merged UNets (lever tome; children)
+# ----------------------------------------------------------------------------------------------
+
+
+def export_tome_ir(model: str, xml: str, ratio: float, latent: int, seed: int = 0) -> dict:
+    """The UNet with ``ratio`` of its full-resolution tokens merged
+    (:func:`sdaccel.cpu.tome.convert_tome_unet`), traced at ``latent x latent`` latents, weights
+    stored fp16; what was merged is written next to the IR (``.json``, last: its presence marks a
+    finished export)."""
+    import gc
+
+    from sdaccel.cpu.export import save_ir
+    from sdaccel.cpu.tome import convert_tome_unet
+
+    start = time.perf_counter()
+    unet = build_torch_unet(model, seed)
+    ov_model, report = convert_tome_unet(unet, ratio, latent, latent)
+    del unet
+    gc.collect()
+    xml = Path(xml)
+    xml.parent.mkdir(parents=True, exist_ok=True)
+    xml.with_suffix(".json").unlink(missing_ok=True)
+    save_ir(ov_model, xml, compress_to_fp16=True)
+    xml.with_suffix(".json").write_text(json.dumps(report, indent=2))
+    return {"seconds": time.perf_counter() - start}
+
+
+def time_tome(
+    irs: dict[str, str], inputs_spec: dict, rounds: int, warmup: int, precision: str | None
+) -> dict:
+    """The unmerged UNet (the first of ``irs``: name -> IR) and each merged one, static, interleaved:
+    every round compiles, warms up and times each IR in turn (``sdaccel.cpu.levers.time_arms`` on
+    one arm, so one model is in memory at a time). The layout of ``time_arms``' result, with each
+    arm's ``speedup`` over the first."""
+    from sdaccel.cpu import levers
+
+    inputs = unet_inputs(**inputs_spec)
+    rows = {name: {"times": [], "cpu_times": [], "compile_s": []} for name in irs}
+    for _ in range(rounds):
+        for name, xml in irs.items():
+            arm = levers.time_arms(
+                xml, inputs, {name: levers.Arm()}, 1, warmup, precision, keep_compiled=False
+            )["arms"][name]
+            for key in ("times", "cpu_times", "compile_s"):
+                rows[name][key] += arm[key]
+            rows[name].setdefault("reported", arm["reported"])
+            rows[name].setdefault("output_abs_max", arm["output_abs_max"])
+    first = next(iter(irs))
+    for name, row in rows.items():
+        row["s_per_call"] = statistics.median(row["times"])
+        row["cpu_s_per_call"] = statistics.median(row["cpu_times"])
+        row["speedup"] = rows[first]["s_per_call"] / row["s_per_call"]
+        row["cpu_speedup"] = rows[first]["cpu_s_per_call"] / row["cpu_s_per_call"]
+        row["ir"] = str(Path(irs[name]).resolve())
+    return {"reference": first, "rounds": rounds, "warmup": warmup, "keep_compiled": False, "arms": rows}
 
 
 # ----------------------------------------------------------------------------------------------
@@ -524,6 +595,15 @@ def quality_vae(checkpoint: str, work: str, prompts: int) -> dict:
     from sdaccel.evaluate_shapes import vae_decoder_quality
 
     return vae_decoder_quality(checkpoint, work, VAE_VARIANTS, num_prompts=prompts)
+
+
+def quality_tome(checkpoint: str, work: str, prompts: int, ratios: list[float]) -> dict:
+    """Token merging's cost (``sdaccel.cpu.tome.measure``): adherence, PSNR/SSIM against the
+    unmerged f32 images, at each ratio."""
+    from sdaccel.cpu.tome import measure
+
+    out = measure(checkpoint, work, ratios=ratios, num_prompts=prompts, progress=False)
+    return {"settings": out["settings"], "rows": out["rows"]}
 
 
 def quality_levers(checkpoint: str, work: str, batch: int) -> dict:
@@ -860,6 +940,8 @@ def bench_model(model: str, args, previous: dict | None = None) -> dict:
             )
     if "vae_int8" in args.levers:
         result.setdefault("levers", {})["vae_int8"] = bench_vae_int8(model, args, work, result)
+    if "tome" in args.levers:
+        result.setdefault("levers", {})["tome"] = bench_tome(model, args, work, spec, result, source)
     _speedups(result)
     _whole_image(result, args.steps_per_image)
     return result
@@ -1035,6 +1117,57 @@ def bench_lever(model: str, args, work: Path, spec: dict, result: dict, lever: s
     return out
 
 
+def bench_tome(model: str, args, work: Path, spec: dict, result: dict, source: Path) -> dict:
+    """Lever ``tome``: export the UNet merged at each of ``--tome-ratios`` (or, with ``--reuse``,
+    reuse it), then time the unmerged IR ``source`` and the merged ones in the best float,
+    interleaved (:func:`time_tome`), in a child."""
+    limit, free = args.memory_limit_gb, args.min_free_gb
+    precision = best_float(model, args, work, spec, result)["chosen"]
+    out = {"ratios": args.tome_ratios, "latent": args.latent, "export": {}, "merged": {}}
+    irs = {"unmerged": str(source)}
+    for ratio in args.tome_ratios:
+        key = f"{ratio:g}"
+        xml = work / f"unet_tome_{key}_{args.latent}x{args.latent}_fp16.xml"
+        report = xml.with_suffix(".json")
+        if args.reuse and xml.is_file() and report.is_file():
+            out["export"][key] = {"ok": True, "reused": str(xml.resolve())}
+        else:
+            run = _run(
+                f"tome: export the UNet merged at {key} ({args.latent}x{args.latent} latents)",
+                export_tome_ir,
+                model,
+                str(xml),
+                ratio,
+                args.latent,
+                limit_gb=limit,
+                min_free_gb=free,
+            )
+            out["export"][key] = _summary(run)
+            if not run.ok:
+                continue
+        out["merged"][key] = json.loads(report.read_text())
+        irs[f"tome {key}"] = str(xml)
+    run = _run(
+        f"lever tome ({precision}, {args.lever_rounds} rounds, compiled afresh each round)",
+        time_tome,
+        irs,
+        spec,
+        args.lever_rounds,
+        args.warmup,
+        precision,
+        limit_gb=limit,
+        min_free_gb=free,
+    )
+    out.update(_summary(run, {"precision_asked": precision}))
+    for name, arm in out.get("arms", {}).items():
+        print(
+            f"    {name:28} {arm['s_per_call']:9.3f} s  x{arm['speedup']:.2f}  "
+            f"cpu {arm['cpu_s_per_call']:8.3f} s  x{arm['cpu_speedup']:.2f}",
+            flush=True,
+        )
+    return out
+
+
 def bench_vae_int8(model: str, args, work: Path, result: dict) -> dict:
     """The VAE decoder (batch 1, the image size of ``--latent``): PyTorch fp32 (when the run has a
     ``torch_fp32`` row), the IR in the best float, and each INT8 recipe of
@@ -1126,8 +1259,9 @@ def bench_vae_int8(model: str, args, work: Path, result: dict) -> dict:
 
 def bench_quality(args) -> dict:
     """The quality cost of the levers that change numbers, on a trained tiny checkpoint, each part
-    in a child: the INT8 UNets (adherence, PSNR/SSIM vs f32), DeepCache at each interval, the INT8
-    VAE decoders; and the max abs difference of the levers that should not change them."""
+    of ``--quality-parts`` in a child: the INT8 UNets (adherence, PSNR/SSIM vs f32), DeepCache at
+    each interval, the INT8 VAE decoders, token merging at each ratio; and the max abs difference
+    of the levers that should not change them."""
     checkpoint, prompts = args.quality, args.quality_prompts
     work = Path(args.workdir) / "quality" / label(checkpoint).replace("/", "--")
     limit, free = args.memory_limit_gb, args.min_free_gb
@@ -1143,9 +1277,12 @@ def bench_quality(args) -> dict:
         ),
         "vae_int8": (quality_vae, checkpoint, str(work / "vae"), prompts),
         "levers_max_abs_diff": (quality_levers, checkpoint, str(work / "levers"), 2),
+        "tome": (quality_tome, checkpoint, str(work / "tome"), prompts, args.tome_ratios),
     }
     out = {"checkpoint": checkpoint, "prompts": prompts}
     for name, (fn, *fn_args) in jobs.items():
+        if name not in args.quality_parts:
+            continue
         run = _run(f"quality: {name}", fn, *fn_args, limit_gb=limit, min_free_gb=free)
         out[name] = _summary(run)
     return out
@@ -1404,7 +1541,7 @@ def _lever_lines(model: str, result: dict) -> list[str]:
     and CPU), and the max abs difference of its output from the reference's."""
     lines = []
     for lever, out in result.get("levers", {}).items():
-        if lever == "vae_int8":
+        if lever in ("vae_int8", "tome"):
             continue
         if not out.get("ok"):
             lines.append(f"{model[:10]:10} lever {lever}: failed: {out.get('error', '')[:80]}")
@@ -1424,6 +1561,7 @@ def _lever_lines(model: str, result: dict) -> list[str]:
                 f"cpu {arm['cpu_s_per_call']:8.3f} s  x{arm['cpu_speedup']:5.2f}  "
                 f"max |diff| {arm['max_abs_diff']:.1e}{parallel}"
             )
+    lines.extend(_tome_lines(model, result.get("levers", {}).get("tome")))
     vae = result.get("levers", {}).get("vae_int8")
     if vae:
         lines.append(
@@ -1448,6 +1586,32 @@ def _lever_lines(model: str, result: dict) -> list[str]:
     return lines
 
 
+def _tome_lines(model: str, tome: dict | None) -> list[str]:
+    """Lever ``tome``: seconds per UNet call of each merged IR against the unmerged one, and how many
+    tokens its merged self-attentions kept."""
+    if not tome:
+        return []
+    if not tome.get("ok"):
+        return [f"{model[:10]:10} lever tome: failed: {tome.get('error', '')[:80]}"]
+    lines = [
+        f"{model[:10]:10} lever tome ({tome['precision_asked']}, {tome['rounds']} rounds, "
+        f"{tome['latent']}x{tome['latent']} latents, reference: {tome['reference']}):"
+    ]
+    for name, arm in tome["arms"].items():
+        merged = tome["merged"].get(name.removeprefix("tome "), {}).get("merged_blocks", {})
+        kept = (
+            f"  self-attention over {sorted({b['attended'] for b in merged.values()})} of "
+            f"{sorted({b['tokens'] for b in merged.values()})} tokens in {len(merged)} blocks"
+            if merged
+            else ""
+        )
+        lines.append(
+            f"{'':10}   {name:28} {arm['s_per_call']:9.3f} s  x{arm['speedup']:5.2f}  "
+            f"cpu {arm['cpu_s_per_call']:8.3f} s  x{arm['cpu_speedup']:5.2f}{kept}"
+        )
+    return lines
+
+
 def _quality_lines(checkpoint: str, quality: dict) -> list[str]:
     lines = [f"quality on {checkpoint} ({quality['prompts']} held-out prompts):"]
     lines.append(f"  {'row':34} {'adherence':>9} {'PSNR dB':>8} {'SSIM':>6}  against")
@@ -1464,6 +1628,12 @@ def _quality_lines(checkpoint: str, quality: dict) -> list[str]:
             f"  {'deepcache ' + name:34} {row['adherence']['score']:9.3f} {_fmt(row.get('psnr_mean'), 8, 1)} "
             f"{_fmt(row.get('ssim_mean'), 6, 3)}  {'f32 (no cache)' if 'ssim_mean' in row else ''}"
         )
+    for name, row in quality.get("tome", {}).get("rows", {}).items():
+        if name != "f32":
+            lines.append(
+                f"  {'unet ' + name:34} {row['adherence']['score']:9.3f} {_fmt(row.get('psnr_mean'), 8, 1)} "
+                f"{_fmt(row.get('ssim_mean'), 6, 3)}  f32 (unmerged)"
+            )
     for name, row in quality.get("vae_int8", {}).get("rows", {}).items():
         pair = row.get("vs_f32", {})
         lines.append(
@@ -1584,6 +1754,14 @@ def parse_args(argv=None):
         "default arm always runs, first",
     )
     parser.add_argument(
+        "--tome-ratios",
+        nargs="+",
+        type=float,
+        default=[0.3, 0.5],
+        help="lever tome and --quality's tome part: fractions of the full-resolution tokens merged "
+        "before self-attention (0 < ratio <= 0.75)",
+    )
+    parser.add_argument(
         "--steps-per-image", type=int, default=20, help="UNet steps of the composed per-image time"
     )
     parser.add_argument(
@@ -1596,6 +1774,14 @@ def parse_args(argv=None):
     )
     parser.add_argument("--quality-prompts", type=int, default=96, help="held-out prompts of --quality")
     parser.add_argument(
+        "--quality-parts",
+        nargs="+",
+        choices=QUALITY_PARTS,
+        default=list(QUALITY_PARTS),
+        help="the parts of --quality to measure (default: all); with --update the others keep their "
+        "earlier results",
+    )
+    parser.add_argument(
         "--memory-limit-gb", type=float, default=20.0, help="watchdog for export/timing children"
     )
     parser.add_argument("--quant-memory-limit-gb", type=float, default=16.0, help="watchdog for quantization")
@@ -1606,7 +1792,13 @@ def parse_args(argv=None):
     parser.add_argument("--reuse", action="store_true", help="reuse IRs already in --workdir")
     parser.add_argument("--out", default="build/bench/openvino.json")
     parser.add_argument("--update", action="store_true", help="add to the results already in --out")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    for ratio in args.tome_ratios:  # refused before anything is measured or written
+        try:
+            check_ratio(ratio)
+        except ValueError as error:
+            parser.error(f"--tome-ratios: {error}")
+    return args
 
 
 def main(argv=None) -> dict:
@@ -1617,13 +1809,15 @@ def main(argv=None) -> dict:
     if args.update and out.is_file():
         previous = json.loads(out.read_text())
         results["models"] = previous["models"]
-        if "quality" in previous:
-            results["quality"] = previous["quality"]
+        for key in ("quality", "notes"):  # the notes are written by hand: kept as they are
+            if key in previous:
+                results[key] = previous[key]
         results["runs"] = [*previous.get("runs", [previous["settings"]]), settings]
     print(json.dumps(results["machine"]), flush=True)
     out.parent.mkdir(parents=True, exist_ok=True)
     if args.quality:
-        results.setdefault("quality", {})[label(args.quality)] = bench_quality(args)
+        quality = results.setdefault("quality", {})
+        quality[label(args.quality)] = quality.get(label(args.quality), {}) | bench_quality(args)
         out.write_text(json.dumps(results, indent=2, default=str))
     for model in args.models:
         name = label(model)

@@ -55,18 +55,10 @@ from bench_memory import build_random_checkpoint
 from bench_openvino import _run, _summary, machine_info
 
 from sdaccel.distill_lcm import TARGET_MODULES
+from sdaccel.whole_image import ROWS, format_table
 
 PROMPT = "a photo of an astronaut riding a horse on mars"
 QUANT_VARIANTS = ("int8_weights", "hybrid", "full_int8")
-ROWS = (
-    "torch_fp32_20",
-    "ov_float_20",
-    *(f"ov_{v}_20" for v in QUANT_VARIANTS),
-    "lcm4_lora_int8",
-    "lcm4_lora_int8_taesd",
-    "jax_fp32_20",
-    "jax_lcm4_lora_taesd",
-)
 #: What ``--reuse`` takes, and the command that made it.
 REUSE = {
     "sd15": {
@@ -646,59 +638,6 @@ def tpu_section(bench: Bench, args) -> None:
         ),
     }
     bench.save()
-
-
-# ----------------------------------------------------------------------------------------------
-# The table
-# ----------------------------------------------------------------------------------------------
-
-
-def _s(value, digits=2):
-    return "-" if value is None else f"{value:.{digits}f}"
-
-
-def format_table(results: dict) -> str:
-    s = results["settings"]
-    m = results["machine"]
-    lines = [
-        f"{s['model']} ({'tiny, quick' if s['quick'] else 'real architecture, random weights'}), "
-        f"{s['size']}x{s['size']}, one image per call; {m['cpu']}, {m['logical_cores']} cores, "
-        f"median of {s['runs']} runs after a warm-up",
-        "",
-        f"| configuration | whole image s | encode s | denoise s | decode s | x PyTorch fp32 {s['steps']} steps | UNet batch | precision (UNet) | notes |",
-        "|---|---:|---:|---:|---:|---:|---:|---|---|",
-    ]
-    for _, row in sorted(results["rows"].items(), key=lambda kv: ROWS.index(kv[0])):
-        if not row["ok"]:
-            lines.append(f"| {row['title']} | failed | | | | | | | {row.get('error', '')[:80]} |")
-            continue
-        med = row["median"]
-        notes = []
-        if row.get("compile_s") is not None:
-            notes.append(f"compile {row['compile_s']:.0f} s apart")
-        if row.get("unet_layers"):
-            notes.append("UNet layers " + ", ".join(f"{k}: {v}" for k, v in row["unet_layers"].items()))
-        if row.get("load_avg"):
-            notes.append(f"load {row['load_avg'][0]}-{row['load_avg'][1]}")
-        prec = row.get("precision", {})
-        if med["decode_s"] is None and med.get("denoise_decode_s") is not None:  # JAX: one program
-            denoise = f"{_s(med['denoise_decode_s'])} with the decode | ="
-        else:
-            denoise = f"{_s(med['denoise_s'])} | {_s(med['decode_s'])}"
-        lines.append(
-            f"| {row['title']} | {_s(med['image_s'])} | {_s(med['encode_s'])} | "
-            f"{denoise} | {_s(med['ratio'])} | {row.get('unet_batch', '-')} | "
-            f"{prec.get('unet', prec.get('all', '-'))} | {'; '.join(notes)} |"
-        )
-    tpu = results.get("tpu")
-    if tpu:
-        lines += [
-            "",
-            f"TPU v5e, {tpu['program']}: {tpu['flops'] / 1e12:.1f} TFLOP per image "
-            f"(UNet {tpu['unet_flops'] / 1e12:.1f}, decode {_s(tpu['decode']['flops'] and tpu['decode']['flops'] / 1e12, 1)}), "
-            f"floor {tpu['floor_s'] * 1e3:.0f} ms at 197 TFLOP/s",
-        ]
-    return "\n".join(lines)
 
 
 def parse_args(argv=None):

@@ -8,9 +8,17 @@ session-scoped fixtures (exported models, compiled pipelines, executed notebooks
 - every test module is a group of its own;
 - modules that share state are one group, in :data:`GROUPS`;
 - the smoke notebooks are two groups, so that two workers execute them side by side
-  (:func:`group_of`): ``"notebooks-jax"`` (00-03) and ``"notebooks-cpu"`` (04-06, then the site,
+  (:func:`group_of`): ``"notebooks-jax"`` (00-03) and ``"notebooks-cpu"`` (04-07, then the site,
   which reads every executed copy). A notebook runs once per test run whichever worker asks
   first (:func:`smoke_notebook`), and the other worker reads its result.
+
+Each worker keeps JAX's persistent compilation cache for the run (:func:`jax_compilation_cache`),
+so a program that several tests compile is compiled once.
+
+Groups start longest first (:data:`SLOW_GROUPS`, then by number of tests), so that the two
+workers finish together rather than one of them ending on a long group alone: the collection is
+put in that order (:func:`pytest_collection_modifyitems`) and xdist keeps it
+(``--no-loadscope-reorder`` in pyproject.toml).
 
 The grouping is done here, by module, in our own scheduler (:func:`pytest_xdist_make_scheduler`):
 pytest-xdist 3.8 reads ``@pytest.mark.xdist_group`` by rewriting node ids, which pytest 9.2 no
@@ -21,6 +29,7 @@ collection fails when a mark and :func:`group_of` disagree.
 
 import fcntl
 import os
+from collections import Counter
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -44,10 +53,36 @@ NOTEBOOK_BUILD = REPO / "build" / "test"
 GROUPS = {
     "tests/test_notebooks.py": "notebooks-cpu",  # its tests of one notebook: see group_of
     "tests/test_site.py": "notebooks-cpu",  # builds the site from the notebooks' executed copies
-    "tests/test_cpu_export.py": "ov-exports",  # the two share one session folder of exports
+    # these share one session folder of OpenVINO exports (basetemp/ov-exports): on one worker, each
+    # checkpoint is exported once
+    "tests/test_contract_cpu.py": "ov-exports",
+    "tests/test_cpu_export.py": "ov-exports",
     "tests/test_cpu_pipeline.py": "ov-exports",
+    "tests/test_cpu_precision.py": "ov-exports",
+    "tests/test_deepcache.py": "ov-exports",
 }
 
+
+#: Groups that take long, with their worker-seconds on a 2-core CI machine running two workers
+#: (``make test``'s ``--durations``, rounded): they start first, the longest first, after the two
+#: notebook groups, which start before anything else, one on each worker (the site, at the end of
+#: ``"notebooks-cpu"``, then finds 00-03 executed instead of waiting for them). A group not named
+#: here starts after them, by number of tests. Re-measure when a group's cost changes a lot.
+SLOW_GROUPS = {
+    "notebooks-cpu": 650,  # notebooks 04-07 executed, then the site built from every notebook
+    "notebooks-jax": 420,  # notebooks 00-03 executed, and 00 and 02 again up to their last checked cell
+    "ov-exports": 450,  # five modules that share their exports; test_deepcache.py is 130 of it
+    "tests/test_cpu_quantize.py": 240,
+    "tests/test_evaluate_shapes.py": 210,
+    "tests/test_distill_lcm.py": 150,
+    "tests/test_bench_memory.py": 135,
+    "tests/test_generate.py": 105,
+    "tests/test_sharding.py": 90,
+    "tests/test_lcm.py": 80,
+    "tests/test_tpu_plan.py": 70,
+    "tests/test_attention.py": 60,
+    "tests/test_cpu_levers.py": 50,
+}
 
 #: Notebooks numbered below this run in the ``"notebooks-jax"`` group, the rest in ``"notebooks-cpu"``.
 FIRST_CPU_NOTEBOOK = "04"
@@ -77,6 +112,8 @@ def pytest_xdist_make_scheduler(config, log):
 
 
 def pytest_collection_modifyitems(config, items):
+    """Check the ``xdist_group`` marks, then order the groups longest first (each group's tests
+    keep their order). Every worker collects the same order, and xdist hands out groups in it."""
     for item in items:
         for mark in item.iter_markers("xdist_group"):
             name = mark.args[0] if mark.args else mark.kwargs.get("name")
@@ -88,6 +125,22 @@ def pytest_collection_modifyitems(config, items):
                     f"{item.nodeid} is marked xdist_group({name!r}) but its module runs in group "
                     f"{group_of(item.nodeid)!r}: add {module!r}: {name!r} to GROUPS in tests/conftest.py."
                 )
+    groups = [group_of(item.nodeid) for item in items]
+    sizes = Counter(groups)
+    first = {}
+    for i, group in enumerate(groups):
+        first.setdefault(group, i)
+    order = sorted(
+        range(len(items)),
+        key=lambda i: (
+            not groups[i].startswith("notebooks-"),
+            -SLOW_GROUPS.get(groups[i], 0),
+            -sizes[groups[i]],
+            first[groups[i]],
+            i,
+        ),
+    )
+    items[:] = [items[i] for i in order]
 
 
 @contextmanager
@@ -108,6 +161,40 @@ def ensure_checkpoint(name: str) -> Path:
 
     with _checkpoints_lock():
         return ensure_tiny(CHECKPOINTS, name)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def jax_compilation_cache(tmp_path_factory):
+    """JAX's persistent compilation cache in this worker's temporary folder, for this test run only:
+    many tests build a fresh pipeline of the same tiny model and compile a program that an earlier
+    test already compiled; they read its executable back instead of compiling it again (the same
+    executable, so the same numbers). Only programs that took a second or more are kept. Processes
+    that the tests start (notebook kernels, ``tuning.cache_probe``) do not inherit it."""
+    from sdaccel.bench import enable_compilation_cache
+
+    folder = tmp_path_factory.getbasetemp() / "jax-cache"
+    enable_compilation_cache(folder, min_compile_time_s=1.0, min_entry_size_bytes=0)
+    yield folder
+    _compilation_cache_off()
+
+
+def _compilation_cache_off() -> None:
+    from jax.experimental.compilation_cache import compilation_cache
+
+    jax.config.update("jax_compilation_cache_dir", None)
+    compilation_cache.reset_cache()
+
+
+@pytest.fixture(scope="module")
+def without_compilation_cache(jax_compilation_cache):
+    """The persistent compilation cache off for a module that compiles for compile-only TPU
+    devices (``pytestmark = pytest.mark.usefixtures("without_compilation_cache")``): JAX writes
+    such an executable to the cache but cannot read it back (it warns, then compiles again)."""
+    from sdaccel.bench import enable_compilation_cache
+
+    _compilation_cache_off()
+    yield
+    enable_compilation_cache(jax_compilation_cache, min_compile_time_s=1.0, min_entry_size_bytes=0)
 
 
 @pytest.fixture(scope="session")

@@ -3,9 +3,10 @@
 Discovery is automatic (``sdaccel.run_notebooks.discover``), so a new notebook cannot escape CI.
 The execution tests assert on the values each notebook recorded in its ``results.json``, not only
 on "no exception": each execution starts with an empty output folder, and a key that a check reads
-but the notebook did not record fails the test, naming the key. Then nbval re-executes the
-executed copies and checks that every cell marked ``# NBVAL_CHECK_OUTPUT`` prints the same thing
-twice (seeds, shapes and device layouts are deterministic).
+but the notebook did not record fails the test, naming the key. Then nbval re-executes each
+executed copy through its last checked cell and checks that every cell marked
+``# NBVAL_CHECK_OUTPUT`` prints the same thing twice (seeds, shapes and device layouts are
+deterministic).
 """
 
 import json
@@ -147,6 +148,10 @@ CHECKS = {
         ),
         ("SSIM > 0.5 for each", lambda r: all(r["quality"][v]["ssim_mean"] > 0.5 for v in r["variants"])),
         ("the reference UNet ran in f32", lambda r: r["reference_precisions"]["unet"] == "f32"),
+        (
+            "the INT8 UNets ran their float layers in the best float",
+            lambda r: all(r["speed"][v]["precision"] == r["best_float"] for v in r["variants"]),
+        ),
         # 16 held-out prompts: 15/16 measured in f32 and 14/16 with weight-only INT8
         ("f32 adherence >= 14/16", lambda r: r["adherence"]["f32"]["score"] >= 14 / 16),
         (
@@ -173,6 +178,28 @@ CHECKS = {
         (
             "DeepCache N=3 makes 7 full UNet calls",
             lambda r: r["deepcache_quality"]["f32+deepcache(N=3)"]["unet_calls_per_image"]["full"] == 7,
+        ),
+        # the whole-image table (benchmarks/results/whole_image_sd15.json) opens the results: each
+        # ratio is PyTorch fp32's whole-image seconds over the row's (the torch row: exactly 1)
+        (
+            "the whole-image table leads, against PyTorch fp32 at 20 steps",
+            lambda r: (
+                r["whole_image"]["torch_fp32_20"]["x_torch_fp32"] == 1.0
+                and all(
+                    abs(
+                        row["x_torch_fp32"] * row["image_s"] / r["whole_image"]["torch_fp32_20"]["image_s"]
+                        - 1
+                    )
+                    < 1e-9
+                    for row in r["whole_image"].values()
+                    if row["ok"]
+                )
+            ),
+        ),
+        # measured 10-17x for the 4-step LCM-LoRA rows on the reference CPU
+        (
+            "a whole-image configuration beats PyTorch fp32 by over 5x",
+            lambda r: max(row["x_torch_fp32"] or 0 for row in r["whole_image"].values()) > 5,
         ),
     ],
     "07_fewer_steps": [
@@ -278,14 +305,47 @@ def test_executed_copy_reads_cleanly(nb, smoke_notebook):
     assert "".join(first["text"]).startswith("Profile smoke: "), "the first output names the profile"
 
 
+def checked(cell: dict) -> bool:
+    """Whether nbval compares this cell's outputs: a ``# NBVAL_CHECK_OUTPUT`` comment line (read
+    as nbval reads it) or its ``nbval-check-output`` tag."""
+    if cell["cell_type"] != "code":
+        return False
+    lines = [line.strip() for line in source(cell).splitlines()]
+    marked = any(line.startswith("#") and line.lstrip("#").strip() == "NBVAL_CHECK_OUTPUT" for line in lines)
+    return marked or "nbval-check-output" in cell.get("metadata", {}).get("tags", [])
+
+
+def through_last_checked_cell(executed: Path, copy: Path) -> Path:
+    """``executed`` cut after its last ``# NBVAL_CHECK_OUTPUT`` cell, written to ``copy``. The
+    kernel runs the cells in order, so no later cell can change what a checked cell printed; the
+    whole notebook has just run in test_notebook_runs_in_smoke_profile."""
+    nb = json.loads(executed.read_text())
+    last = max(i for i, cell in enumerate(nb["cells"]) if checked(cell))
+    nb["cells"] = nb["cells"][: last + 1]
+    copy.write_text(json.dumps(nb))
+    return copy
+
+
+def test_the_nbval_copy_ends_with_the_last_checked_cell(tmp_path):
+    cell = {"cell_type": "code", "metadata": {}, "outputs": [], "execution_count": None}
+    nb = {"cells": [{**cell, "source": s} for s in ("a = 1", "# NBVAL_CHECK_OUTPUT\nprint(a)", "b = 2")]}
+    nb["cells"].insert(1, {"cell_type": "code", "source": "x = 1\n#NBVAL_CHECK_OUTPUT\nprint(x)"})
+    nb["cells"].insert(0, {"cell_type": "markdown", "source": "# NBVAL_CHECK_OUTPUT"})
+    (tmp_path / "nb.ipynb").write_text(json.dumps(nb))
+    cut = json.loads(through_last_checked_cell(tmp_path / "nb.ipynb", tmp_path / "cut.ipynb").read_text())
+    assert [source(c) for c in cut["cells"]] == [source(c) for c in nb["cells"][:4]]
+    assert [checked(c) for c in nb["cells"]] == [False, False, True, True, False]
+
+
 @pytest.mark.slow
 @pytest.mark.xdist_group("notebooks")
 @pytest.mark.parametrize("nb", NOTEBOOKS, ids=IDS)
-def test_nbval_outputs_are_reproducible(nb, smoke_notebook):
-    """Re-execute this session's executed copy; cells marked NBVAL_CHECK_OUTPUT must print the same again."""
-    if "NBVAL_CHECK_OUTPUT" not in nb.read_text():
+def test_nbval_outputs_are_reproducible(nb, smoke_notebook, tmp_path):
+    """Re-execute this session's executed copy, through its last checked cell (the cells after it
+    cannot change what it printed); cells marked NBVAL_CHECK_OUTPUT must print the same again."""
+    if not any(checked(cell) for cell in cells(nb)):
         pytest.skip("no cell of this notebook is marked NBVAL_CHECK_OUTPUT")
-    executed = smoke_notebook(nb).executed
+    executed = through_last_checked_cell(smoke_notebook(nb).executed, tmp_path / f"{nb.stem}.ipynb")
     env = {**os.environ, **PROFILE_ENV["smoke"]}
     proc = subprocess.run(
         [

@@ -109,6 +109,7 @@ SMOKE: dict[str, dict] = {
         "STEPS": 10,
         "GUIDANCE_SCALE": 6.0,
         "IMAGES_PER_DEVICE": 1,
+        "DEVICE_COUNTS": [1, 2, 8],  # each count is one more compile: the curve's ends and one step between
         "REPEATS": 2,
         "MIN_SHARD_SIZE": 4096,
         "SAME_IMAGES_ATOL": 0.0001,
@@ -152,6 +153,8 @@ SMOKE: dict[str, dict] = {
         "EVAL_PROMPTS": HELD_OUT_PROMPTS,
         "QUANT_MEMORY_GB": 4.0,
         "QUANT_PARTS": 2,  # the toy fits in one piece: force parts, to show them
+        # one group kept in float (each group is one more full INT8 quantization, in parts)
+        "FLOAT_GROUPS": {"resnets": r".*resnets.*"},
         "BENCH_ITERS": 3,
     },
     "06_cpu_benchmark_and_comparison": {
@@ -162,6 +165,7 @@ SMOKE: dict[str, dict] = {
         "ITERS": 1,
         "CALIBRATION_SAMPLES": 2,
         "QUALITY_PROMPTS": 12,
+        "DEEPCACHE_CALIBRATION_SAMPLES": 16,
         "QUANT_MEMORY_LIMIT_GB": 4.0,
     },
     "07_fewer_steps": {

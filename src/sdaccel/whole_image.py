@@ -15,7 +15,10 @@ one call, ``generate(prompt) -> PIL image``, timed from outside by the wall cloc
 - :func:`unet_row_flops` and :func:`tpu_floor` derive the FLOPs and the time floor of a program
   from XLA's cost analysis recorded by :mod:`sdaccel.tpu_plan`.
 
-``benchmarks/bench_whole_image.py`` uses them for its tables.
+- :func:`read_table` reads the JSON that ``benchmarks/bench_whole_image.py`` writes into rows to
+  show, each with its ratio to the PyTorch fp32 row of the same file; :func:`markdown_table`,
+  :func:`segments` (the parts of a bar chart) and :func:`findings` (sentences computed from the
+  rows) show them, in the script's own table (:func:`format_table`) and in notebook 06.
 """
 
 from __future__ import annotations
@@ -174,3 +177,251 @@ def tpu_floor(
         "unet_floor_s": unet / peak_flops,
         "peak_flops": peak_flops,
     }
+
+
+# ----------------------------------------------------------------------------------------------
+# The table of a benchmarks/bench_whole_image.py JSON
+# ----------------------------------------------------------------------------------------------
+
+#: The rows of ``benchmarks/bench_whole_image.py``, in the order the tables show them.
+ROWS = (
+    "torch_fp32_20",
+    "ov_float_20",
+    "ov_int8_weights_20",
+    "ov_hybrid_20",
+    "ov_full_int8_20",
+    "lcm4_lora_int8",
+    "lcm4_lora_int8_taesd",
+    "jax_fp32_20",
+    "jax_lcm4_lora_taesd",
+)
+#: The row every ratio is taken against.
+BASELINE = "torch_fp32_20"
+#: The smallest share of the whole image that :func:`segments` shows as a part of its own ("rest").
+REST_SHOWN = 0.01
+
+
+def read_table(source: str | os.PathLike | dict) -> dict:
+    """The rows of a ``bench_whole_image.py`` JSON (a path, or the loaded dict) ready to show.
+
+    Returns ``{"machine": {"cpu", "logical_cores", "flags"}, "settings", "command", "baseline_s",
+    "shared_cpu", "rows": {key: row}}``, the rows in :data:`ROWS` order (keys it does not know
+    after them). Each row: ``title``, ``ok``, ``error``, ``steps``, ``image_s``, ``encode_s``,
+    ``denoise_s``, ``decode_s``, ``denoise_decode_s`` (``None`` where not reported),
+    ``x_torch_fp32`` (the PyTorch fp32 row's whole-image seconds over this row's, from the
+    :data:`BASELINE` row of the same file; ``None`` without it), ``precision`` (the UNet's),
+    ``unet_batch``, ``compile_s``, ``unet_layers``, ``load_avg``. A failed row (``ok: false``) is
+    kept with its error and no times. ``shared_cpu``: some row ran while the 1-minute load average
+    was above the core count (other work shared the CPU, so the seconds run high).
+    """
+    where = "the given dict"
+    if not isinstance(source, dict):
+        where = str(source)
+        path = Path(source)
+        if not path.is_file():
+            raise FileNotFoundError(
+                f"no whole-image results at {path}: make them with `python benchmarks/bench_whole_image.py "
+                "sd15 --out <file>`, or pass the path of such a file."
+            )
+        source = json.loads(path.read_text())
+    missing = [key for key in ("machine", "settings", "rows") if key not in source]
+    if missing:
+        raise ValueError(
+            f"{where} is not a benchmarks/bench_whole_image.py JSON: it has no {missing} "
+            f"(it has {sorted(source)})."
+        )
+    settings, machine = source["settings"], source["machine"]
+    order = {key: i for i, key in enumerate(ROWS)}
+    keys = sorted(source["rows"], key=lambda k: (order.get(k, len(ROWS)), k))
+    base_row = source["rows"].get(BASELINE, {})
+    baseline_s = (base_row.get("median") or {}).get("image_s") if base_row.get("ok") else None
+    cores = machine.get("logical_cores")
+    rows, shared = {}, False
+    for key in keys:
+        raw = source["rows"][key]
+        median = raw.get("median") or {}
+        ok = bool(raw.get("ok")) and median.get("image_s") is not None
+        error = raw.get("error") or (None if ok else "no whole-image time recorded")
+        precision = raw.get("precision") or {}
+        load = raw.get("load_avg")
+        if ok and load and cores and max(load) > cores:
+            shared = True
+        image_s = median.get("image_s") if ok else None
+        rows[key] = {
+            "title": raw.get("title") or key,
+            "ok": ok,
+            "error": None if ok else error,
+            "steps": settings.get("few_steps") if "lcm" in key else settings.get("steps"),
+            "image_s": image_s,
+            **{part: (median.get(part) if ok else None) for part in PARTS},
+            "x_torch_fp32": None if image_s is None or baseline_s is None else baseline_s / image_s,
+            "precision": precision.get("unet", precision.get("all")),
+            "unet_batch": raw.get("unet_batch"),
+            "compile_s": raw.get("compile_s"),
+            "unet_layers": raw.get("unet_layers"),
+            "load_avg": load,
+        }
+    return {
+        "machine": {
+            "cpu": machine.get("cpu") or "unknown CPU",
+            "logical_cores": cores,
+            "flags": machine.get("cpu_flags") or {},
+        },
+        "settings": settings,
+        "command": source.get("command"),
+        "baseline_s": baseline_s,
+        "shared_cpu": shared,
+        "rows": rows,
+    }
+
+
+def segments(row: dict) -> list[tuple[str, float]]:
+    """A row's whole-image seconds as consecutive parts that add up to ``image_s``: ``encode``,
+    ``denoise``, ``decode`` (or ``denoise + decode`` where they ran as one program), and ``rest``
+    (what the call spent outside the parts: scheduler set-up, post-processing) when above
+    :data:`REST_SHOWN` of the whole (below it, timer noise that no chart would show).
+    A row with no split is one part, ``whole image``; a failed row has none."""
+    if not row["ok"]:
+        return []
+    image = row["image_s"]
+    if row["decode_s"] is not None and row["denoise_s"] is not None:
+        middle = [("denoise", row["denoise_s"]), ("decode", row["decode_s"])]
+    elif row["denoise_decode_s"] is not None:
+        middle = [("denoise + decode", row["denoise_decode_s"])]
+    else:
+        return [("whole image", image)]
+    parts = ([("encode", row["encode_s"])] if row["encode_s"] is not None else []) + middle
+    rest = image - sum(s for _, s in parts)
+    if rest > REST_SHOWN * image:
+        parts.append(("rest", rest))
+    return parts
+
+
+def findings(table: dict) -> list[str]:
+    """One to three sentences that follow from :func:`read_table`'s numbers: the fastest
+    configuration against PyTorch fp32, the fastest at the full step count when fewer steps won,
+    and how much of an image the encode and decode take."""
+    ok = {key: row for key, row in table["rows"].items() if row["ok"]}
+    if not ok:
+        return ["No configuration of this file finished: it holds failed rows only."]
+    cpu = table["machine"]["cpu"]
+    fastest_key = min(ok, key=lambda k: ok[k]["image_s"])
+    fastest = ok[fastest_key]
+    base = ok.get(BASELINE)
+    if base is None:
+        return [
+            f"On {cpu} the fastest configuration, {fastest['title']}, made an image in "
+            f"{fastest['image_s']:.1f} s (this file has no PyTorch fp32 row to compare it with)."
+        ]
+    out = [
+        f"On {cpu} the fastest configuration, {fastest['title']}, made an image in "
+        f"{fastest['image_s']:.1f} s: {fastest['x_torch_fp32']:.1f}x faster than PyTorch fp32 at "
+        f"{base['steps']} steps ({base['image_s']:.1f} s)."
+    ]
+    full = {k: r for k, r in ok.items() if k != BASELINE and r["steps"] == base["steps"]}
+    if full and fastest["steps"] != base["steps"]:
+        best = min(full.values(), key=lambda r: r["image_s"])
+        out.append(
+            f"At the same {base['steps']} steps the fastest was {best['title']} "
+            f"({best['x_torch_fp32']:.1f}x); {fastest['steps']} steps took it to {fastest['x_torch_fp32']:.1f}x."
+        )
+
+    def ends(row):
+        if None in (row["encode_s"], row["decode_s"]):
+            return None
+        return (row["encode_s"] + row["decode_s"]) / row["image_s"]
+
+    split = [r for k, r in ok.items() if k != BASELINE and ends(r) is not None]
+    if ends(base) is not None and split:
+        most = max(split, key=ends)
+        text = f"Encode and decode were {ends(base):.0%} of PyTorch fp32's image and {ends(most):.0%} of {most['title']}'s"
+        least = min(split, key=ends)
+        if ends(least) < ends(most) / 2:
+            text += f" ({ends(least):.0%} with {least['title']})"
+        if ends(most) > 2 * ends(base):
+            text += ": with few UNet steps the rest of the call weighs more, which seconds per step leave out"
+        out.append(text + ".")
+    return out
+
+
+def _cell(value: float | None, digits: int = 2) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def markdown_table(table: dict, notes: bool = False) -> str:
+    """:func:`read_table`'s rows as a markdown table, one line per row (a failed row says so and
+    why). ``notes``: add the UNet batch and a notes column (compile time kept apart, the UNet's
+    layer precisions, the load average around the row) as the benchmark's own table has them."""
+    steps = table["settings"].get("steps")
+    columns = [
+        "configuration",
+        "whole image s",
+        "encode s",
+        "denoise s",
+        "decode s",
+        f"x PyTorch fp32, {steps} steps",
+        "precision (UNet)",
+    ]
+    if notes:
+        columns += ["UNet batch", "notes"]
+    lines = [
+        "| " + " | ".join(columns) + " |",
+        "|---|" + "---:|" * 5 + "---|" + ("---:|---|" if notes else ""),
+    ]
+    for row in table["rows"].values():
+        title = row["title"].replace("|", "/")
+        if not row["ok"]:
+            error = " ".join(str(row["error"]).split()).replace("|", "/")[:80]
+            cells = [title, "failed", "", "", "", "", ""] + (["", error] if notes else [])
+            if not notes:
+                cells[0] = f"{title} (failed: {error})"
+            lines.append("| " + " | ".join(cells) + " |")
+            continue
+        if row["decode_s"] is None and row["denoise_decode_s"] is not None:  # JAX: one program
+            denoise, decode = f"{_cell(row['denoise_decode_s'])} with the decode", "="
+        else:
+            denoise, decode = _cell(row["denoise_s"]), _cell(row["decode_s"])
+        cells = [
+            title,
+            _cell(row["image_s"]),
+            _cell(row["encode_s"]),
+            denoise,
+            decode,
+            _cell(row["x_torch_fp32"]),
+            row["precision"] or "-",
+        ]
+        if notes:
+            extra = []
+            if row["compile_s"] is not None:
+                extra.append(f"compile {row['compile_s']:.0f} s apart")
+            if row["unet_layers"]:
+                extra.append("UNet layers " + ", ".join(f"{k}: {v}" for k, v in row["unet_layers"].items()))
+            if row["load_avg"]:
+                extra.append(f"load {row['load_avg'][0]}-{row['load_avg'][1]}")
+            cells += [str(row["unet_batch"] if row["unet_batch"] is not None else "-"), "; ".join(extra)]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def format_table(results: dict) -> str:
+    """The benchmark's own table of a ``bench_whole_image.py`` JSON: a line of settings, the rows
+    with their notes, and the TPU floor when the run computed it."""
+    table = read_table(results)
+    s, m = table["settings"], table["machine"]
+    lines = [
+        f"{s['model']} ({'tiny, quick' if s.get('quick') else 'real architecture, random weights'}), "
+        f"{s['size']}x{s['size']}, one image per call; {m['cpu']}, {m['logical_cores']} cores, "
+        f"median of {s['runs']} runs after a warm-up",
+        "",
+        markdown_table(table, notes=True),
+    ]
+    tpu = results.get("tpu")
+    if tpu:
+        decode = tpu["decode"]["flops"]
+        lines += [
+            "",
+            f"TPU v5e, {tpu['program']}: {tpu['flops'] / 1e12:.1f} TFLOP per image "
+            f"(UNet {tpu['unet_flops'] / 1e12:.1f}, decode {_cell(decode and decode / 1e12, 1)}), "
+            f"floor {tpu['floor_s'] * 1e3:.0f} ms at {tpu['peak_flops'] / 1e12:.0f} TFLOP/s",
+        ]
+    return "\n".join(lines)

@@ -1,0 +1,244 @@
+"""sdaccel.whole_image's table of a bench_whole_image.py JSON: the rows notebook 06 opens with."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from sdaccel import whole_image
+
+ROOT = Path(__file__).resolve().parents[1]
+COMMITTED = ROOT / "benchmarks" / "results" / "whole_image_sd15.json"
+FLAGS = {"avx2": True, "avx512f": True, "avx512_vnni": True, "avx512_bf16": False, "amx_tile": False}
+
+
+def _row(title, image, encode=None, denoise=None, decode=None, denoise_decode=None, **extra):
+    median = {
+        "image_s": image,
+        "runs": 2,
+        "encode_s": encode,
+        "denoise_s": denoise,
+        "decode_s": decode,
+        "denoise_decode_s": denoise_decode,
+        "ratio": None,  # what the benchmark stored while running: the reader recomputes it
+    }
+    return {"title": title, "ok": True, "median": median, "load_avg": [1.0, 1.5], **extra}
+
+
+def _results(**overrides) -> dict:
+    rows = {
+        # deliberately out of display order: the reader sorts them as the benchmark lists them
+        "jax_lcm4_lora_taesd": _row(
+            "JAX, 4 steps", 25.0, encode=0.5, denoise_decode=24.0, compile_s=30.0, precision={"all": "f32"}
+        ),
+        "torch_fp32_20": _row(
+            "PyTorch fp32", 400.0, 4.0, 356.0, 40.0, 396.0, precision={"unet": "f32"}, unet_batch=2
+        ),
+        "ov_float_20": _row("OpenVINO float", 160.0, 1.0, 119.0, 40.0, 159.0, precision={"unet": "bf16"}),
+        "lcm4_lora_int8": _row(
+            "4 steps LCM", 50.0, 0.5, 29.3, 20.0, 49.3, precision={"unet": "bf16"}, unet_layers={"i8": 3}
+        ),
+        "ov_full_int8_20": {
+            "title": "OpenVINO full_int8",
+            "ok": False,
+            "error": "killed: RSS | above\nlimit",
+        },
+    }
+    results = {
+        "machine": {"cpu": "Intel Xeon", "logical_cores": 4, "cpu_flags": FLAGS},
+        "settings": {"model": "sd15", "size": 512, "steps": 20, "few_steps": 4, "runs": 2, "quick": False},
+        "command": "python benchmarks/bench_whole_image.py sd15",
+        "rows": rows,
+    }
+    results.update(overrides)
+    return results
+
+
+def test_rows_come_in_the_benchmarks_order_with_ratios_to_the_torch_row(tmp_path):
+    path = tmp_path / "whole.json"
+    path.write_text(json.dumps(_results()))
+    table = whole_image.read_table(path)
+    assert list(table["rows"]) == [
+        "torch_fp32_20",
+        "ov_float_20",
+        "ov_full_int8_20",
+        "lcm4_lora_int8",
+        "jax_lcm4_lora_taesd",
+    ]
+    rows = table["rows"]
+    assert table["baseline_s"] == 400.0
+    assert rows["torch_fp32_20"]["x_torch_fp32"] == 1.0
+    assert rows["ov_float_20"]["x_torch_fp32"] == pytest.approx(2.5)
+    assert rows["lcm4_lora_int8"]["x_torch_fp32"] == pytest.approx(8.0)
+    assert rows["jax_lcm4_lora_taesd"]["x_torch_fp32"] == pytest.approx(16.0)
+    assert rows["ov_float_20"]["precision"] == "bf16"
+    assert rows["jax_lcm4_lora_taesd"]["precision"] == "f32"  # precision {"all": ...}
+    assert [rows[k]["steps"] for k in ("torch_fp32_20", "lcm4_lora_int8", "jax_lcm4_lora_taesd")] == [
+        20,
+        4,
+        4,
+    ]
+    assert table["machine"] == {"cpu": "Intel Xeon", "logical_cores": 4, "flags": FLAGS}
+    assert table["shared_cpu"] is False  # load 1.5 on 4 cores
+    assert whole_image.read_table(_results()) == table  # a loaded dict reads the same
+
+
+def test_a_failed_row_is_kept_with_its_error_and_no_times():
+    row = whole_image.read_table(_results())["rows"]["ov_full_int8_20"]
+    assert row["ok"] is False
+    assert row["error"].startswith("killed")
+    assert row["image_s"] is None and row["x_torch_fp32"] is None and row["decode_s"] is None
+    assert whole_image.segments(row) == []
+    # ok but no median (a row cut short): shown as failed, not dropped
+    data = _results()
+    data["rows"]["ov_float_20"].pop("median")
+    row = whole_image.read_table(data)["rows"]["ov_float_20"]
+    assert row["ok"] is False and row["error"] == "no whole-image time recorded"
+
+
+def test_without_a_torch_row_the_ratios_are_none_and_the_findings_say_so():
+    for drop in ("missing", "failed"):
+        data = _results()
+        if drop == "missing":
+            del data["rows"]["torch_fp32_20"]
+        else:
+            data["rows"]["torch_fp32_20"] = {"title": "PyTorch fp32", "ok": False, "error": "killed"}
+        table = whole_image.read_table(data)
+        assert table["baseline_s"] is None
+        assert all(row["x_torch_fp32"] is None for row in table["rows"].values())
+        (sentence,) = whole_image.findings(table)
+        assert "JAX, 4 steps" in sentence and "25.0 s" in sentence and "no PyTorch fp32 row" in sentence
+
+
+def test_segments_add_up_to_the_whole_image_with_or_without_a_split():
+    rows = whole_image.read_table(_results())["rows"]
+    assert whole_image.segments(rows["torch_fp32_20"]) == [
+        ("encode", 4.0),
+        ("denoise", 356.0),
+        ("decode", 40.0),
+    ]
+    # a JAX row: denoise and decode are one program; 0.5 s of the call is outside the parts
+    assert whole_image.segments(rows["jax_lcm4_lora_taesd"]) == [
+        ("encode", 0.5),
+        ("denoise + decode", 24.0),
+        ("rest", 0.5),
+    ]
+    # rest below 1% of the image is timer noise, not a part
+    assert [name for name, _ in whole_image.segments(rows["lcm4_lora_int8"])] == [
+        "encode",
+        "denoise",
+        "decode",
+    ]
+    data = _results()
+    data["rows"]["ov_float_20"]["median"].update(
+        encode_s=None, denoise_s=None, decode_s=None, denoise_decode_s=None
+    )
+    row = whole_image.read_table(data)["rows"]["ov_float_20"]
+    assert whole_image.segments(row) == [("whole image", 160.0)]
+    assert row["x_torch_fp32"] == pytest.approx(2.5)  # the ratio needs no split
+
+
+def test_findings_are_computed_from_the_rows():
+    text = whole_image.findings(whole_image.read_table(_results()))
+    assert text[0] == (
+        "On Intel Xeon the fastest configuration, JAX, 4 steps, made an image in 25.0 s: 16.0x faster "
+        "than PyTorch fp32 at 20 steps (400.0 s)."
+    )
+    # the fastest was a 4-step row, so the fastest at 20 steps is named too
+    assert text[1] == "At the same 20 steps the fastest was OpenVINO float (2.5x); 4 steps took it to 16.0x."
+    # encode + decode: torch (4 + 40) / 400 = 11%; 4 steps LCM (0.5 + 20) / 50 = 41%, OpenVINO float 26%
+    assert text[2].startswith("Encode and decode were 11% of PyTorch fp32's image and 41% of 4 steps LCM's")
+    assert "weighs more" in text[2]
+    only_failed = _results(rows={"ov_float_20": {"title": "x", "ok": False, "error": "boom"}})
+    assert whole_image.findings(whole_image.read_table(only_failed)) == [
+        "No configuration of this file finished: it holds failed rows only."
+    ]
+
+
+def test_markdown_has_one_line_per_row():
+    table = whole_image.read_table(_results())
+    lines = whole_image.markdown_table(table).splitlines()
+    assert lines[0].startswith("| configuration | whole image s |") and "x PyTorch fp32, 20 steps" in lines[0]
+    assert len(lines) == 2 + len(table["rows"])
+    width = lines[0].count("|")
+    assert all(line.count("|") == width for line in lines), "an error's '|' must not add a column"
+    body = dict(zip(table["rows"], lines[2:], strict=True))
+    assert body["ov_float_20"] == "| OpenVINO float | 160.00 | 1.00 | 119.00 | 40.00 | 2.50 | bf16 |"
+    assert body["jax_lcm4_lora_taesd"] == (
+        "| JAX, 4 steps | 25.00 | 0.50 | 24.00 with the decode | = | 16.00 | f32 |"
+    )
+    assert "failed" in body["ov_full_int8_20"] and "killed: RSS / above limit" in body["ov_full_int8_20"]
+    assert "load" not in whole_image.markdown_table(table)  # the load is a note of the benchmark's table
+    noted = whole_image.markdown_table(table, notes=True).splitlines()
+    assert len(noted) == len(lines) and all(line.count("|") == width + 2 for line in noted)
+    assert noted[2 + list(table["rows"]).index("jax_lcm4_lora_taesd")].endswith(
+        "| - | compile 30 s apart; load 1.0-1.5 |"
+    )
+
+
+def test_a_shared_cpu_is_flagged_from_the_load_above_the_cores():
+    data = _results()
+    data["rows"]["ov_float_20"]["load_avg"] = [3.0, 4.5]
+    assert whole_image.read_table(data)["shared_cpu"] is True
+    data["rows"]["ov_float_20"]["load_avg"] = [3.0, 4.0]  # at the core count: not above it
+    assert whole_image.read_table(data)["shared_cpu"] is False
+
+
+def test_bad_input_gets_a_clear_error(tmp_path):
+    with pytest.raises(FileNotFoundError, match="bench_whole_image.py"):
+        whole_image.read_table(tmp_path / "nope.json")
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps({"models": {}}))
+    with pytest.raises(ValueError, match=r"not a benchmarks/bench_whole_image.py JSON.*'machine'"):
+        whole_image.read_table(other)
+
+
+def test_format_table_is_the_benchmarks_table():
+    data = _results(tpu=None)
+    text = whole_image.format_table(data)
+    assert text.splitlines()[0] == (
+        "sd15 (real architecture, random weights), 512x512, one image per call; Intel Xeon, 4 cores, "
+        "median of 2 runs after a warm-up"
+    )
+    assert "| UNet batch | notes |" in text and "TPU v5e" not in text
+    data["tpu"] = {
+        "program": "SDXL, 4 steps",
+        "flops": 37.6e12,
+        "unet_flops": 27.1e12,
+        "decode": {"flops": 10.5e12},
+        "floor_s": 0.191,
+        "peak_flops": 197e12,
+    }
+    assert whole_image.format_table(data).endswith(
+        "TPU v5e, SDXL, 4 steps: 37.6 TFLOP per image (UNet 27.1, decode 10.5), floor 191 ms at 197 TFLOP/s"
+    )
+
+
+def test_the_committed_results_read():
+    data = json.loads(COMMITTED.read_text())
+    table = whole_image.read_table(COMMITTED)
+    assert set(table["rows"]) == set(data["rows"])
+    base = data["rows"]["torch_fp32_20"]["median"]["image_s"]
+    for key, row in table["rows"].items():
+        raw = data["rows"][key]
+        assert row["ok"] == bool(raw["ok"])
+        if row["ok"]:
+            assert row["image_s"] == raw["median"]["image_s"] > 0
+            assert row["x_torch_fp32"] == pytest.approx(base / raw["median"]["image_s"])
+            parts = whole_image.segments(row)
+            assert sum(s for _, s in parts) == pytest.approx(row["image_s"], rel=0.011)
+    assert table["rows"]["torch_fp32_20"]["x_torch_fp32"] == 1.0
+    assert table["machine"]["cpu"] == data["machine"]["cpu"] and table["machine"]["flags"]
+    lines = whole_image.markdown_table(table).splitlines()
+    assert len(lines) == 2 + len(data["rows"])
+    assert whole_image.findings(table)[0].startswith(f"On {data['machine']['cpu']} the fastest configuration")
+
+
+def test_the_benchmark_script_uses_this_table():
+    # one table code: the script imports it instead of keeping its own copy
+    source = (ROOT / "benchmarks" / "bench_whole_image.py").read_text()
+    assert "from sdaccel.whole_image import ROWS, format_table" in source
+    assert "def format_table" not in source
+    assert whole_image.ROWS[0] == whole_image.BASELINE  # the baseline leads every table
