@@ -63,6 +63,18 @@ def test_compare_images_means_and_identical_count():
         quality.compare_images([a], [a, b])
 
 
+def test_paired_summary_is_a_json_row():
+    a, b = _image(0), _image(1)
+    report = quality.compare_images([a, a], [a.copy(), b])
+    assert quality.paired_summary([a, a], [a.copy(), b]) == {
+        "psnr_mean": report["psnr_mean"],
+        "ssim_mean": report["ssim_mean"],
+        "identical": 1,
+    }
+    same = quality.paired_summary([a, b], [a.copy(), b.copy()])
+    assert same == {"psnr_mean": None, "ssim_mean": 1.0, "identical": 2}  # no inf in JSON
+
+
 def test_relative_error():
     ref = np.array([3.0, 4.0])
     assert quality.relative_error(ref, ref) == 0

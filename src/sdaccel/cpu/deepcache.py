@@ -504,7 +504,7 @@ def measure(
     from sdaccel import shapes
     from sdaccel.cpu.export import export_pipeline, text_to_image_components
     from sdaccel.cpu.pipeline import OVPipeline
-    from sdaccel.cpu.quality import compare_images, comparison_grid
+    from sdaccel.cpu.quality import comparison_grid, paired_summary
     from sdaccel.cpu.quantize import calibrate_on_training_captions, quantize_ir
 
     src = resolve_checkpoint(checkpoint)
@@ -564,13 +564,7 @@ def measure(
             "unet_s_per_image": statistics.median(sum(out.timings["unet_steps"]) for out in outs),
         }
         if name != "f32":
-            paired = compare_images(images["f32"], images[name])
-            finite = paired["identical"] < num_prompts
-            row.update(
-                psnr_mean=paired["psnr_mean"] if finite else None,
-                ssim_mean=paired["ssim_mean"],
-                identical=paired["identical"],
-            )
+            row.update(paired_summary(images["f32"], images[name]))
         rows[name] = row
 
     captions = {

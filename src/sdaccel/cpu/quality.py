@@ -79,6 +79,17 @@ def compare_images(references: Sequence, images: Sequence) -> dict:
     }
 
 
+def paired_summary(references: Sequence, images: Sequence) -> dict:
+    """:func:`compare_images` as a JSON row: ``psnr_mean`` (``None`` when every pair is identical,
+    where JSON has no infinity), ``ssim_mean`` and the number of ``identical`` pairs."""
+    paired = compare_images(references, images)
+    return {
+        "psnr_mean": paired["psnr_mean"] if paired["identical"] < len(images) else None,
+        "ssim_mean": paired["ssim_mean"],
+        "identical": paired["identical"],
+    }
+
+
 def relative_error(reference: np.ndarray, value: np.ndarray) -> float:
     """``||value - reference|| / ||reference||`` (Frobenius norms, in float64)."""
     reference = np.asarray(reference, dtype=np.float64)

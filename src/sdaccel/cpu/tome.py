@@ -338,7 +338,7 @@ def measure(
     from sdaccel import shapes
     from sdaccel.cpu.export import export_pipeline, text_to_image_components
     from sdaccel.cpu.pipeline import OVPipeline
-    from sdaccel.cpu.quality import compare_images
+    from sdaccel.cpu.quality import paired_summary
 
     ratios = [check_ratio(r) for r in ratios]
     if not ratios:
@@ -373,14 +373,10 @@ def measure(
         }
         if name != "f32":
             manifest = read_json(xml.parent / MANIFEST)
-            paired = compare_images(images["f32"], images[name])
-            finite = paired["identical"] < num_prompts
             row.update(
                 ratio=manifest["ratio"],
                 merged_blocks=manifest["merged_blocks"],
-                psnr_mean=paired["psnr_mean"] if finite else None,
-                ssim_mean=paired["ssim_mean"],
-                identical=paired["identical"],
+                **paired_summary(images["f32"], images[name]),
             )
         rows[name] = row
     return {
