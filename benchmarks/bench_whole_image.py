@@ -25,6 +25,10 @@ row                    what runs
 ``jax_lcm4_lora_taesd`` the same with LCM, the LoRA fused, TAESD, 4 steps, no CFG
 ====================== ============================================================================
 
+Each timed call records its wall time and the CPU seconds of the row's process during it (every
+thread: ``time.process_time``); where other work shares the cores, the wall time grows with it and
+the CPU seconds much less, so the table gives the ratio to PyTorch fp32 in both.
+
 Split: encode / denoise / decode where the front-end reports it (diffusers: timed around its
 ``encode_prompt`` and ``vae.decode``; OpenVINO: ``result.timings``; JAX: encode and the one
 denoise-and-decode program). JAX's compile time (first call) is reported apart and excluded.
@@ -376,8 +380,8 @@ class Bench:
         if run.ok:
             from sdaccel.whole_image import summarize
 
-            base = self.results["rows"].get("torch_fp32_20", {}).get("median", {}).get("image_s")
-            entry["median"] = summarize(entry["timed"], base)
+            base = self.results["rows"].get("torch_fp32_20", {}).get("median", {})
+            entry["median"] = summarize(entry["timed"], base.get("image_s"), base.get("cpu_s"))
         self.results["rows"][key] = entry
         self.save()
         return run.ok

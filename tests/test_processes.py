@@ -39,3 +39,79 @@ def test_run_with_memory_limit_kills_a_child_above_the_limit():
 def test_an_exception_in_the_child_is_reported_not_raised():
     run = run_with_memory_limit(_fail)
     assert not run.ok and run.result is None and run.error == "ValueError: bad input"
+
+
+#: A parent that runs a child sleeping for a minute; it prints its child's pid once the child runs.
+PARENT = """
+import sys, threading, time
+import psutil
+from sdaccel.processes import run_with_memory_limit
+
+def report():
+    me = psutil.Process()
+    while not me.children():
+        time.sleep(0.05)
+    print(me.children()[0].pid, flush=True)
+
+threading.Thread(target=report, daemon=True).start()
+try:
+    run_with_memory_limit(time.sleep, 60)
+except KeyboardInterrupt:
+    sys.exit(3)
+"""
+
+
+def _parent_with_a_child():
+    import subprocess
+    import sys
+
+    import psutil
+
+    parent = subprocess.Popen([sys.executable, "-c", PARENT], stdout=subprocess.PIPE, text=True)
+    child = psutil.Process(int(parent.stdout.readline()))
+    assert child.is_running() and child.ppid() == parent.pid
+    time.sleep(1.0)  # let the child reach the function: its guards are set up by then
+    return parent, child
+
+
+def _gone(process, timeout_s: float = 10.0) -> bool:
+    """Whether ``process`` ended within ``timeout_s`` (a zombie has ended: only its exit status is
+    left, for a reaper that a container's init may never be); killed if not."""
+    import psutil
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            if process.status() == psutil.STATUS_ZOMBIE:
+                return True
+        except psutil.NoSuchProcess:
+            return True
+        if time.monotonic() > deadline:
+            process.kill()  # do not leave it behind for the rest of the session
+            return False
+        time.sleep(0.05)
+
+
+def test_the_child_dies_with_a_parent_killed_outright():
+    import signal
+
+    parent, child = _parent_with_a_child()
+    parent.send_signal(signal.SIGKILL)  # no handler of the parent's runs
+    parent.wait(10)
+    assert _gone(child), "the child outlived its SIGKILLed parent"
+    parent.stdout.close()
+
+
+def test_an_interrupted_parent_kills_its_child_before_raising():
+    import signal
+
+    parent, child = _parent_with_a_child()
+    try:
+        parent.send_signal(signal.SIGINT)  # KeyboardInterrupt in the parent, as Ctrl-C in a notebook
+        # the KeyboardInterrupt reached the caller (a child left running would hold the parent's
+        # exit for the rest of its minute: multiprocessing joins its children at exit)
+        assert parent.wait(20) == 3
+        assert _gone(child, timeout_s=0.5), "the child was still running when the parent's call returned"
+    finally:
+        parent.kill()
+        parent.stdout.close()

@@ -74,6 +74,34 @@ def test_time_calls_excludes_compile_time_and_keeps_missing_parts_missing():
     assert summary["denoise_decode_s"] == pytest.approx(0.9)
 
 
+def test_time_calls_counts_the_cpu_seconds_of_each_call_apart_from_its_wall_time():
+    clock, cpu = Clock(), Clock()
+
+    def call():  # 2 s of wall time, of which the process computed 0.5 s (and waited the rest)
+        clock.now += 2.0
+        cpu.now += 0.5
+        return GenerationResult([], None, {})
+
+    times = whole_image.time_calls(call, 3, clock=clock, cpu_clock=cpu)
+    assert times["image_s"] == pytest.approx([2.0] * 3)
+    assert times["cpu_s"] == pytest.approx([0.5] * 3)  # the warm-up's CPU is not in it
+    summary = whole_image.summarize(times, baseline_s=8.0, baseline_cpu_s=4.0)
+    assert summary["cpu_s"] == pytest.approx(0.5)
+    assert summary["ratio"] == pytest.approx(4.0) and summary["cpu_ratio"] == pytest.approx(8.0)
+    # without a CPU baseline, or from runs that did not record CPU seconds: no CPU ratio
+    assert whole_image.summarize(times, baseline_s=8.0)["cpu_ratio"] is None
+    old = {k: v for k, v in times.items() if k != "cpu_s"}
+    assert whole_image.summarize(old, baseline_cpu_s=4.0)["cpu_s"] is None
+
+
+def test_the_default_cpu_clock_does_not_count_waiting():
+    import time
+
+    times = whole_image.time_calls(lambda: time.sleep(0.3), 1, warmup=lambda: None)
+    assert times["image_s"][0] >= 0.3
+    assert times["cpu_s"][0] < 0.1  # asleep: the process computed almost nothing
+
+
 def test_time_calls_refuses_no_runs():
     with pytest.raises(ValueError, match="runs must be at least 1"):
         whole_image.time_calls(lambda: None, 0)

@@ -178,6 +178,35 @@ def test_markdown_has_one_line_per_row():
     )
 
 
+def test_cpu_seconds_add_two_columns_and_their_own_ratio():
+    table = whole_image.read_table(_results())
+    assert table["has_cpu_s"] is False and table["baseline_cpu_s"] is None  # files of before
+    assert table["rows"]["ov_float_20"]["cpu_s"] is None
+    assert table["rows"]["ov_float_20"]["x_torch_fp32_cpu"] is None
+    data = _results()
+    data["rows"]["torch_fp32_20"]["median"]["cpu_s"] = 780.0  # two cores, nearly both busy
+    data["rows"]["ov_float_20"]["median"]["cpu_s"] = 260.0
+    data["rows"]["jax_lcm4_lora_taesd"]["median"]["cpu_s"] = 39.0
+    table = whole_image.read_table(data)
+    assert table["has_cpu_s"] is True and table["baseline_cpu_s"] == 780.0
+    assert table["rows"]["ov_float_20"]["x_torch_fp32_cpu"] == pytest.approx(3.0)  # 2.5x by wall
+    assert table["rows"]["lcm4_lora_int8"]["cpu_s"] is None  # a row without: "-", no ratio
+    lines = whole_image.markdown_table(table).splitlines()
+    assert "| x PyTorch fp32, 20 steps | CPU s | x PyTorch fp32 (CPU s) | precision (UNet) |" in lines[0]
+    assert all(line.count("|") == lines[0].count("|") for line in lines)
+    body = dict(zip(table["rows"], lines[2:], strict=True))
+    assert (
+        body["ov_float_20"]
+        == "| OpenVINO float | 160.00 | 1.00 | 119.00 | 40.00 | 2.50 | 260.00 | 3.00 | bf16 |"
+    )
+    assert body["lcm4_lora_int8"].endswith("| 8.00 | - | - | bf16 |")
+    first = whole_image.findings(table)[0]
+    assert first.endswith(
+        "16.0x faster than PyTorch fp32 at 20 steps (400.0 s), and 20.0x in CPU seconds (39.0 against "
+        "780.0), which other work on the same cores changes less than the wall time."
+    )
+
+
 def test_a_shared_cpu_is_flagged_from_the_load_above_the_cores():
     data = _results()
     data["rows"]["ov_float_20"]["load_avg"] = [3.0, 4.5]

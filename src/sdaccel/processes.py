@@ -6,14 +6,25 @@ the machine is stopped at a limit instead (:func:`run_with_memory_limit`). Child
 with the ``spawn`` method (a fresh interpreter), never ``fork``: a forked copy of a process that
 has started JAX's or OpenVINO's threads can deadlock, and JAX warns about ``os.fork()``.
 
+A child never outlives the run that started it: if the parent is interrupted (Ctrl-C, a notebook's
+"interrupt kernel", an exception) it kills the child before re-raising, and if the parent dies
+(killed, even with ``SIGKILL``) the child stops too (Linux: a parent-death signal; elsewhere, and as
+a second guard, a thread that watches the parent's pid). Otherwise a stopped benchmark would leave
+a child holding gigabytes and a core for as long as its row runs.
+
 Used by the INT8 notebook and both benchmarks (``benchmarks/bench_openvino.py``,
 ``benchmarks/bench_jax_vs_torch.py``).
 """
 
 from __future__ import annotations
 
+import ctypes
 import multiprocessing
+import os
 import resource
+import signal
+import sys
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -49,7 +60,37 @@ class ChildRun:
         return self.peak_anon_bytes / 2**30
 
 
-def _child_main(conn, fn, args, kwargs, address_space_bytes):
+#: How often a child checks that its parent is alive, where no parent-death signal is available.
+PARENT_POLL_S = 1.0
+
+
+def _die_with_parent(parent_pid: int) -> None:
+    """Stop this (child) process as soon as ``parent_pid`` is no longer its parent.
+
+    On Linux, ``prctl(PR_SET_PDEATHSIG, SIGKILL)`` has the kernel kill it when the parent exits.
+    A daemon thread checks ``os.getppid()`` every :data:`PARENT_POLL_S` seconds as well (the only
+    guard elsewhere); the check right here covers a parent that died before either was set up.
+    """
+    if sys.platform.startswith("linux"):
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(1, int(signal.SIGKILL), 0, 0, 0)  # 1 = PR_SET_PDEATHSIG
+        except (OSError, AttributeError):
+            pass  # the thread below still guards
+    if os.getppid() != parent_pid:
+        os._exit(1)
+
+    def watch():
+        while os.getppid() == parent_pid:
+            time.sleep(PARENT_POLL_S)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="sdaccel-parent-watch", daemon=True).start()
+
+
+def _child_main(conn, fn, args, kwargs, address_space_bytes, parent_pid=None):
+    if parent_pid is not None:
+        _die_with_parent(parent_pid)
     if address_space_bytes:
         resource.setrlimit(resource.RLIMIT_AS, (address_space_bytes, address_space_bytes))
     try:
@@ -113,10 +154,22 @@ def run_with_memory_limit(
     context = multiprocessing.get_context("spawn")
     parent, child = context.Pipe(duplex=False)
     address_space = int(address_space_gb * 2**30) if address_space_gb else 0
-    process = context.Process(target=_child_main, args=(child, fn, args, kwargs, address_space))
+    process = context.Process(target=_child_main, args=(child, fn, args, kwargs, address_space, os.getpid()))
     start = time.perf_counter()
     process.start()
     child.close()
+    try:
+        run = _watch(process, parent, start, limit_gb, poll_s, timeout_s, psutil)
+    except BaseException:  # interrupted (KeyboardInterrupt) or failed here: the child goes too
+        if process.is_alive():
+            process.kill()
+        process.join()
+        raise
+    return run
+
+
+def _watch(process, parent, start, limit_gb, poll_s, timeout_s, psutil) -> ChildRun:
+    """Poll ``process`` until it reports, dies, or is killed for its memory or time."""
     watched = psutil.Process(process.pid)
     run = ChildRun()
     limit = int(limit_gb * 2**30) if limit_gb else None

@@ -2,7 +2,9 @@
 
 A step time hides what the rest of the call costs (the text encoders, the VAE decode, the
 scheduler), and few-step recipes (LCM, a tiny VAE) change exactly that rest. So the unit here is
-one call, ``generate(prompt) -> PIL image``, timed from outside by the wall clock:
+one call, ``generate(prompt) -> PIL image``, timed from outside by the wall clock, and by the CPU
+seconds the process spent in it (all its threads: on a CPU that other work shares, the wall time
+of a call grows with that work, its CPU seconds much less):
 
 - :func:`time_calls` runs an untimed warm-up call, then ``runs`` timed calls, and keeps for each
   the whole time and its split into encode / denoise / decode where the front-end reports it
@@ -49,25 +51,30 @@ def time_calls(
     runs: int,
     warmup: Callable[[], object] | None = None,
     clock: Callable[[], float] = time.perf_counter,
+    cpu_clock: Callable[[], float] = time.process_time,
 ) -> dict:
     """Time ``runs`` calls of ``call()`` (each returns a ``GenerationResult``, or a PIL image /
     anything else when the front-end has no timings), after one untimed ``warmup()`` (default:
-    ``call``). Returns ``{"image_s": [...], "encode_s": [...], "denoise_s": [...], "decode_s":
-    [...], "denoise_decode_s": [...], "compile_s": [...], "warmup_s": s}``: per run, the wall time of the call minus the
-    compile time it reports (``timings["compile_s"]``), and its parts (``None`` where not reported)."""
+    ``call``). Returns ``{"image_s": [...], "cpu_s": [...], "encode_s": [...], "denoise_s": [...],
+    "decode_s": [...], "denoise_decode_s": [...], "compile_s": [...], "warmup_s": s}``: per run, the
+    wall time of the call minus the compile time it reports (``timings["compile_s"]``), the CPU
+    seconds of this process during the call (``cpu_clock``: every thread of it; a call that
+    compiles counts its compile here too, so warm up first), and its parts (``None`` where not
+    reported)."""
     if runs < 1:
         raise ValueError(f"runs must be at least 1, got {runs}.")
     start = clock()
     (warmup or call)()
-    out: dict = {"warmup_s": clock() - start, "image_s": [], "compile_s": []}
+    out: dict = {"warmup_s": clock() - start, "image_s": [], "cpu_s": [], "compile_s": []}
     out.update({part: [] for part in PARTS})
     for _ in range(runs):
-        start = clock()
+        start, cpu_start = clock(), cpu_clock()
         result = call()
-        wall = clock() - start
+        wall, cpu = clock() - start, cpu_clock() - cpu_start
         timings = dict(getattr(result, "timings", None) or {})
         compile_s = float(timings.get("compile_s", 0.0))
         out["image_s"].append(wall - compile_s)
+        out["cpu_s"].append(cpu)
         out["compile_s"].append(compile_s)
         for part, value in split_timings(timings).items():
             out[part].append(value)
@@ -81,15 +88,18 @@ def _median(values: Iterable[float | None]) -> float | None:
     return statistics.median(values)
 
 
-def summarize(times: dict, baseline_s: float | None = None) -> dict:
-    """Medians of :func:`time_calls`' runs, and ``ratio``: ``baseline_s`` / the median whole-image
-    time (how many times faster than the baseline; ``None`` without a baseline)."""
+def summarize(times: dict, baseline_s: float | None = None, baseline_cpu_s: float | None = None) -> dict:
+    """Medians of :func:`time_calls`' runs; ``ratio``: ``baseline_s`` / the median whole-image
+    time (how many times faster than the baseline; ``None`` without a baseline), and
+    ``cpu_ratio`` the same in CPU seconds (``None`` without ``baseline_cpu_s`` or ``cpu_s``)."""
     image = _median(times["image_s"])
     if image is None:
         raise ValueError("no timed runs to summarize")
     out = {"image_s": image, "runs": len(times["image_s"])}
     out.update({part: _median(times.get(part, [])) for part in PARTS})
+    out["cpu_s"] = _median(times.get("cpu_s", []))
     out["ratio"] = None if baseline_s is None else baseline_s / image
+    out["cpu_ratio"] = None if None in (baseline_cpu_s, out["cpu_s"]) else baseline_cpu_s / out["cpu_s"]
     return out
 
 
@@ -205,11 +215,13 @@ def read_table(source: str | os.PathLike | dict) -> dict:
     """The rows of a ``bench_whole_image.py`` JSON (a path, or the loaded dict) ready to show.
 
     Returns ``{"machine": {"cpu", "logical_cores", "flags"}, "settings", "command", "baseline_s",
-    "shared_cpu", "rows": {key: row}}``, the rows in :data:`ROWS` order (keys it does not know
+    "baseline_cpu_s", "has_cpu_s", "shared_cpu", "rows": {key: row}}``, the rows in :data:`ROWS` order (keys it does not know
     after them). Each row: ``title``, ``ok``, ``error``, ``steps``, ``image_s``, ``encode_s``,
     ``denoise_s``, ``decode_s``, ``denoise_decode_s`` (``None`` where not reported),
     ``x_torch_fp32`` (the PyTorch fp32 row's whole-image seconds over this row's, from the
-    :data:`BASELINE` row of the same file; ``None`` without it), ``precision`` (the UNet's),
+    :data:`BASELINE` row of the same file; ``None`` without it), ``cpu_s`` (the CPU seconds of the
+    process during the call; ``None`` in files made before they were recorded) and
+    ``x_torch_fp32_cpu`` (the same ratio in CPU seconds), ``precision`` (the UNet's),
     ``unet_batch``, ``compile_s``, ``unet_layers``, ``load_avg``. A failed row (``ok: false``) is
     kept with its error and no times. ``shared_cpu``: some row ran while the 1-minute load average
     was above the core count (other work shared the CPU, so the seconds run high).
@@ -235,6 +247,7 @@ def read_table(source: str | os.PathLike | dict) -> dict:
     keys = sorted(source["rows"], key=lambda k: (order.get(k, len(ROWS)), k))
     base_row = source["rows"].get(BASELINE, {})
     baseline_s = (base_row.get("median") or {}).get("image_s") if base_row.get("ok") else None
+    baseline_cpu_s = (base_row.get("median") or {}).get("cpu_s") if base_row.get("ok") else None
     cores = machine.get("logical_cores")
     rows, shared = {}, False
     for key in keys:
@@ -247,6 +260,7 @@ def read_table(source: str | os.PathLike | dict) -> dict:
         if ok and load and cores and max(load) > cores:
             shared = True
         image_s = median.get("image_s") if ok else None
+        cpu_s = median.get("cpu_s") if ok else None
         rows[key] = {
             "title": raw.get("title") or key,
             "ok": ok,
@@ -255,6 +269,8 @@ def read_table(source: str | os.PathLike | dict) -> dict:
             "image_s": image_s,
             **{part: (median.get(part) if ok else None) for part in PARTS},
             "x_torch_fp32": None if image_s is None or baseline_s is None else baseline_s / image_s,
+            "cpu_s": cpu_s,
+            "x_torch_fp32_cpu": None if None in (cpu_s, baseline_cpu_s) else baseline_cpu_s / cpu_s,
             "precision": precision.get("unet", precision.get("all")),
             "unet_batch": raw.get("unet_batch"),
             "compile_s": raw.get("compile_s"),
@@ -270,6 +286,8 @@ def read_table(source: str | os.PathLike | dict) -> dict:
         "settings": settings,
         "command": source.get("command"),
         "baseline_s": baseline_s,
+        "baseline_cpu_s": baseline_cpu_s,
+        "has_cpu_s": any(row["cpu_s"] is not None for row in rows.values()),
         "shared_cpu": shared,
         "rows": rows,
     }
@@ -318,6 +336,11 @@ def findings(table: dict) -> list[str]:
         f"{fastest['image_s']:.1f} s: {fastest['x_torch_fp32']:.1f}x faster than PyTorch fp32 at "
         f"{base['steps']} steps ({base['image_s']:.1f} s)."
     ]
+    if fastest["x_torch_fp32_cpu"] is not None:
+        out[0] = out[0][:-1] + (
+            f", and {fastest['x_torch_fp32_cpu']:.1f}x in CPU seconds ({fastest['cpu_s']:.1f} against "
+            f"{base['cpu_s']:.1f}), which other work on the same cores changes less than the wall time."
+        )
     full = {k: r for k, r in ok.items() if k != BASELINE and r["steps"] == base["steps"]}
     if full and fastest["steps"] != base["steps"]:
         best = min(full.values(), key=lambda r: r["image_s"])
@@ -351,8 +374,11 @@ def _cell(value: float | None, digits: int = 2) -> str:
 def markdown_table(table: dict, notes: bool = False) -> str:
     """:func:`read_table`'s rows as a markdown table, one line per row (a failed row says so and
     why). ``notes``: add the UNet batch and a notes column (compile time kept apart, the UNet's
-    layer precisions, the load average around the row) as the benchmark's own table has them."""
+    layer precisions, the load average around the row) as the benchmark's own table has them.
+    A file that recorded CPU seconds gets two more columns: each row's CPU seconds and its ratio
+    to PyTorch fp32 in CPU seconds."""
     steps = table["settings"].get("steps")
+    cpu = table.get("has_cpu_s", False)
     columns = [
         "configuration",
         "whole image s",
@@ -360,19 +386,21 @@ def markdown_table(table: dict, notes: bool = False) -> str:
         "denoise s",
         "decode s",
         f"x PyTorch fp32, {steps} steps",
+        *(["CPU s", "x PyTorch fp32 (CPU s)"] if cpu else []),
         "precision (UNet)",
     ]
     if notes:
         columns += ["UNet batch", "notes"]
     lines = [
         "| " + " | ".join(columns) + " |",
-        "|---|" + "---:|" * 5 + "---|" + ("---:|---|" if notes else ""),
+        "|---|" + "---:|" * (7 if cpu else 5) + "---|" + ("---:|---|" if notes else ""),
     ]
     for row in table["rows"].values():
         title = row["title"].replace("|", "/")
         if not row["ok"]:
             error = " ".join(str(row["error"]).split()).replace("|", "/")[:80]
-            cells = [title, "failed", "", "", "", "", ""] + (["", error] if notes else [])
+            cells = [title, "failed"] + [""] * (len(columns) - 2 - (2 if notes else 0))
+            cells += ["", error] if notes else []
             if not notes:
                 cells[0] = f"{title} (failed: {error})"
             lines.append("| " + " | ".join(cells) + " |")
@@ -388,6 +416,7 @@ def markdown_table(table: dict, notes: bool = False) -> str:
             denoise,
             decode,
             _cell(row["x_torch_fp32"]),
+            *([_cell(row["cpu_s"]), _cell(row["x_torch_fp32_cpu"])] if cpu else []),
             row["precision"] or "-",
         ]
         if notes:
