@@ -19,10 +19,11 @@ SHIPPED = REPO / "checkpoints" / "tiny-shapes-sdxl-lcm-lora"
 QUICK = dataclasses.replace(distill_lcm.DistillConfig(), steps=3, batch=4, train_images=64, warmup_steps=1)
 
 #: Adherence of the shipped adapter through the JAX pipeline, 4 LCM steps, guidance 1, on the 8
-#: held-out prompts of test_shipped_adapter_draws_the_prompt_in_4_steps: measured 0.875 (7/8) when
-#: it was made (0.917 on 96 prompts, benchmarks/results/steps_adherence_tiny-shapes-sdxl.json, where
-#: the base sampler at 4 steps scores 0.302); the margin allows one more miss from another jax/XLA build.
-MIN_LCM_4_STEPS = 0.75
+#: held-out prompts of test_shipped_adapter_draws_the_prompt_in_4_steps: measured 1.000 (8/8) when
+#: it was made (0.969 on 96 prompts, benchmarks/results/steps_adherence_tiny-shapes-sdxl.json, where
+#: the base sampler at 4 steps scores 0.302; the adapter it replaced drew 7/8 and 0.917); the margin
+#: allows one miss from another jax/XLA build.
+MIN_LCM_4_STEPS = 0.875
 
 
 def test_a_few_iterations_write_an_adapter_that_changes_the_unet(tmp_path):
@@ -69,6 +70,28 @@ def test_a_few_iterations_write_an_adapter_that_changes_the_unet(tmp_path):
     assert 1e-5 < change < 1.0, change
 
 
+def test_ema_writes_the_moving_average_of_the_lora_weights(tmp_path):
+    from safetensors.numpy import load_file
+
+    one = dataclasses.replace(QUICK, steps=1)
+    distill_lcm.run(BASE, tmp_path / "plain", one, evaluate_model=False, progress=False)
+    averaged = dataclasses.replace(one, ema_decay=0.25)
+    distill_lcm.run(BASE, tmp_path / "ema", averaged, evaluate_model=False, progress=False)
+    plain = load_file(tmp_path / "plain" / distill_lcm.WEIGHT_NAME)
+    ema = load_file(tmp_path / "ema" / distill_lcm.WEIGHT_NAME)
+    assert sorted(plain) == sorted(ema)
+    # Before the first update the average is the initial LoRA, so the target and the step are those
+    # of the plain run; the file then holds 0.25 initial + 0.75 updated, where lora_B starts at 0.
+    b_keys = [k for k in plain if ".lora_B." in k]
+    assert b_keys and all(np.abs(plain[k]).max() > 0 for k in b_keys)
+    for k in b_keys:
+        np.testing.assert_allclose(ema[k], 0.75 * plain[k], rtol=1e-5, atol=1e-12)
+    # lora_A gets no gradient while lora_B is 0: the first step only decays it (AdamW, 1e-2)
+    shrink = 1 - one.lr * 1e-2
+    for k in (k for k in plain if ".lora_A." in k):
+        np.testing.assert_allclose(ema[k], plain[k] / shrink * (0.25 + 0.75 * shrink), rtol=1e-6)
+
+
 def test_existing_destination_is_refused_before_anything_runs(tmp_path):
     out = tmp_path / "lora"
     out.mkdir()
@@ -98,6 +121,8 @@ def test_other_pipelines_and_missing_folders_are_refused(tmp_path):
         ({"rank": 0}, "--rank must be >= 1"),
         ({"w_min": 8.0, "w_max": 3.0}, "--w-min <= --w-max"),
         ({"train_images": -1}, "--train-images"),
+        ({"ema_decay": 1.0}, "--ema-decay must be in"),
+        ({"ema_decay": -0.1}, "--ema-decay must be in"),
     ],
 )
 def test_bad_settings_are_refused(tmp_path, change, message):
@@ -137,7 +162,7 @@ def test_shipped_adapter_folder():
         in readme
     )
     rows = {(r["lora"], r["steps"]): r for r in log["adherence"]["rows"]}
-    # the target, as measured by diffusers on 64 prompts when the adapter was made (0.953, 1.000)
+    # the target, as measured by diffusers on 64 prompts when the adapter was made (0.969, 1.000)
     assert rows[(True, 4)]["score"] >= rows[(False, 20)]["score"] - 0.05
 
 
@@ -155,10 +180,16 @@ def test_shipped_steps_sweep():
     score = {k: r["score"] for k, r in zip(keys, result["rows"], strict=True)}
     for p in pipelines:  # at 4 steps the adapter is what draws the prompt (0.73-0.94 against 0.30-0.35)
         assert score[(p, "lcm", 4)] >= score[(p, "base", 4)] + 0.3, p
-    # float32 JAX and OpenVINO run the same weights: the same pictures but for a few borderline shapes
+    # float32 JAX and OpenVINO run the same weights from the same initial noise: with the
+    # deterministic base sampler, and with LCM at 1 step (which adds no noise after its only step),
+    # the same pictures but for a few borderline shapes. LCM re-noises after every other step with
+    # each front-end's own generator (jax.random; torch's, as diffusers), so from 2 steps on the
+    # pictures are other draws of the same model: measured up to 5 of 96 prompts apart (20 steps).
     for s in evaluate_steps.SAMPLERS:
         for n in steps:
-            assert abs(score[("jax_fp32", s, n)] - score[("ov_f32", s, n)]) <= 0.05, (s, n)
+            same_noise = s == "base" or n == 1
+            limit = 0.05 if same_noise else 0.1
+            assert abs(score[("jax_fp32", s, n)] - score[("ov_f32", s, n)]) <= limit, (s, n)
 
 
 @pytest.fixture(scope="module")
