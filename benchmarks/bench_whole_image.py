@@ -3,9 +3,13 @@
     python benchmarks/bench_whole_image.py sd15 --reuse --out benchmarks/results/whole_image_sd15.json
     python benchmarks/bench_whole_image.py sd15 --quick          # a short self-check on a tiny model
     python benchmarks/bench_whole_image.py sd15 --rows torch_fp32_20 ov_float_20 --runs 3
+    python benchmarks/bench_whole_image.py sdxl --quick --compose   # the SDXL paths on a tiny SDXL
+    python benchmarks/bench_whole_image.py sdxl --compose --tpu --runs 1 --warmup-steps 1 \\
+        --out benchmarks/results/whole_image_sdxl.json
 
-The model is a *real architecture with random weights* (``sd15``: SD 1.5 at 512x512, built by
-``bench_memory.build_random_checkpoint``): time depends on the shapes, not on the values. One
+The model is a *real architecture with random weights* (``sd15``: SD 1.5 at 512x512; ``sdxl``:
+SDXL base at 1024x1024, both text encoders, weights stored fp16 on disk and upcast on load; built
+by ``bench_memory.build_random_checkpoint``): time depends on the shapes, not on the values. One
 image (one prompt) per call. Each row is one configuration, loaded and run in its own child
 process (``sdaccel.processes``), one after the other; in it, one untimed warm-up call, then
 ``--runs`` timed calls (:func:`sdaccel.whole_image.time_calls`); the row keeps the median:
@@ -20,10 +24,38 @@ row                    what runs
 ``lcm4_lora_int8``     4 steps, LCM scheduler, an LCM-LoRA-shaped adapter (random, rank 64, every
                        UNet layer LCM-LoRA adapts) fused at export, guidance off (UNet batch 1), the
                        fused f32 UNet quantized with ``--lcm-variant``; the export's VAE decoder
-`` lcm4_lora_int8_taesd`` the same with a tiny autoencoder (TAESD layout, random) as decoder
+`` lcm4_lora_int8_taesd`` the same with a tiny autoencoder (TAESD layout, random; TAESDXL for SDXL:
+                       the same layout) as decoder
 ``jax_fp32_20``        our JAX ``Pipeline`` on the CPU, f32, 20 steps Euler with CFG
 ``jax_lcm4_lora_taesd`` the same with LCM, the LoRA fused, TAESD, 4 steps, no CFG
 ====================== ============================================================================
+
+``sdxl`` runs by default every row but ``ov_int8_weights_20`` and ``ov_hybrid_20`` (full INT8 was
+the fastest INT8 recipe of SD 1.5; ``--rows`` names any). SDXL's VAE config says ``force_upcast``
+(its activations overflow float16): no row here runs it in float16 (PyTorch and JAX in f32,
+OpenVINO in f32 or bf16, which has f32's range). ``--reuse`` is for ``sd15`` only.
+
+Composed rows (``--compose [A B]``, default 1 2): a 20-step SDXL image with CFG takes about an hour
+in PyTorch on two cores, so the rows of ``--steps`` steps (PyTorch, OpenVINO, JAX) time, after the
+warm-up, ``--runs`` calls of A steps and ``--runs`` calls of B steps instead; one step costs their
+difference over B - A, and the whole image is the call of A steps plus ``--steps`` - A such steps
+(:func:`sdaccel.whole_image.compose`, in wall time and in CPU seconds). Such a row says so: its
+title ends in "(composed from calls of A and B steps)", its JSON holds ``composed: {"from_steps":
+[A, B]}`` beside the calls themselves, and the findings never present it as run end to end. The
+few-step rows always run whole. A row whose call of B steps was not slower than its call of A fails
+with that error (the step is below the timer's noise): ``sdxl --quick`` runs at 128x128 and
+composes from 1 and 3 steps, where the tiny SDXL's step is above it.
+
+The SDXL run (the second command above) needs, by estimate, not measured: about 45 GB of disk
+in ``--workdir`` and ``build/checkpoints`` (the random checkpoint 6.9 GB in fp16, two f32 exports of
+about 14 GB each, the full INT8 UNet and the fused LoRA UNet in INT8 about 2.7 GB each, the LoRA
+about 0.8 GB), about 20 GiB of RAM at the peak (the export, the PyTorch row, the JAX rows: the f32
+weights are 14 GB; hence ``--memory-limit-gb`` 22 by default for ``sdxl``), and on two cores at
+about 150 CPU seconds per UNet call of one latent at 1024x1024 about 8 to 10 hours: building and
+exporting 1 hour, calibration and the two quantizations 1 hour, PyTorch composed about 20 minutes,
+OpenVINO INT8 composed 15 minutes, the two 4-step OpenVINO rows 30 minutes, and most of the rest
+the JAX rows (JAX on the CPU took 2 to 4 times OpenVINO's time on SD 1.5: composed with CFG about 2
+hours with its two compilations, 4 steps LCM about 1.5 hours). ``--resume`` goes on after a stop.
 
 Each timed call records its wall time and the CPU seconds of the row's process during it (every
 thread: ``time.process_time``); where other work shares the cores, the wall time grows with it and
@@ -71,6 +103,23 @@ REUSE = {
     }
 }
 V5E_PEAK_BF16 = 197e12
+#: Per model: the image side, the tiny checkpoint of ``--quick``, the rows run by default.
+SIZE = {"sd15": 512, "sdxl": 1024}
+QUICK_CHECKPOINT = {"sd15": "checkpoints/tiny-shapes-sd15", "sdxl": "checkpoints/tiny-shapes-sdxl"}
+DEFAULT_ROWS = {
+    "sd15": ROWS,
+    # SDXL: the fastest INT8 recipe of SD 1.5 (full INT8) stands for "the best INT8" at 20 steps
+    "sdxl": tuple(r for r in ROWS if r not in ("ov_int8_weights_20", "ov_hybrid_20")),
+}
+#: How the random checkpoint's weights are stored (the loaders upcast: timing does not change).
+WEIGHT_DTYPE = {"sd15": "fp32", "sdxl": "fp16"}
+#: The default watchdog of each child (GiB of RSS): SDXL's f32 weights alone are 14 GB.
+MEMORY_LIMIT_GB = {"sd15": 18.0, "sdxl": 22.0}
+#: ``--quick``'s image side: SDXL's composed rows need a step that stands above the timer's noise,
+#: which the tiny SDXL's step at 32x32 does not (JAX: a fraction of a millisecond).
+QUICK_SIZE = {"sd15": 32, "sdxl": 128}
+#: ``--compose`` given without numbers: the calls of 1 and 2 steps (``--quick``: 1 and 3).
+COMPOSE = [1, 2]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -140,15 +189,23 @@ def tiny_vae(src: str, folder: str) -> dict:
 # ----------------------------------------------------------------------------------------------
 
 
-def torch_row(src: str, steps: int, guidance: float | None, size: int, runs: int, warmup_steps: int) -> dict:
-    """diffusers' pipeline in f32; encode and decode timed around its own methods."""
+def torch_row(
+    src: str,
+    steps: int,
+    guidance: float | None,
+    size: int,
+    runs: int,
+    warmup_steps: int,
+    compose: list[int] | None = None,
+) -> dict:
+    """diffusers' pipeline in f32 (``DiffusionPipeline``: SD 1.5 or SDXL, with both of SDXL's text
+    encoders); encode and decode timed around its own methods."""
     import time
 
     import torch
     from diffusers import DiffusionPipeline
 
     from sdaccel.checkpoint import read_json
-    from sdaccel.whole_image import time_calls
 
     index = read_json(Path(src) / "model_index.json")
     skipped = {n: None for n in ("safety_checker", "feature_extractor", "image_encoder") if n in index}
@@ -190,9 +247,9 @@ def torch_row(src: str, steps: int, guidance: float | None, size: int, runs: int
         enc, dec = spans.get("encode_s", 0.0), spans.get("vae_decoder_s", 0.0)
         return Result(image, {"encode_s": enc, "vae_decoder_s": dec, "denoise_decode_s": wall - enc})
 
-    times = time_calls(call, runs, warmup=lambda: call(warmup_steps))
+    timed = _timed(call, steps, runs, lambda: call(warmup_steps), compose)
     return {
-        "timed": times,
+        **timed,
         "load_s": load_s,
         "precision": {"unet": "f32", "vae_decoder": "f32", "text_encoder": "f32"},
         "guidance_scale": pipe.guidance_scale,
@@ -211,12 +268,12 @@ def ov_row(
     warmup_steps: int,
     scheduler: str | None = None,
     vae: str | None = None,
+    compose: list[int] | None = None,
 ) -> dict:
     import time
 
     from sdaccel.cpu.pipeline import OVPipeline
     from sdaccel.cpu.precision import runtime_precisions
-    from sdaccel.whole_image import time_calls
 
     start = time.perf_counter()
     pipe = OVPipeline.from_pretrained(folder, precision="auto", scheduler=scheduler, vae=vae)
@@ -227,10 +284,10 @@ def ov_row(
     def call(n=steps):
         return pipe.generate(PROMPT, steps=n, guidance_scale=guidance, height=size, width=size, seed=0)
 
-    times = time_calls(call, runs, warmup=lambda: call(warmup_steps))
+    timed = _timed(call, steps, runs, lambda: call(warmup_steps), compose)
     request_guided = (guidance if guidance is not None else pipe.defaults.guidance_scale) > 1
     return {
-        "timed": times,
+        **timed,
         "load_s": load_s,
         "precision": pipe.precisions,  # INFERENCE_PRECISION_HINT as the plugin reports it
         "unet_layers": runtime_precisions(pipe.unet),  # output precision of the heavy layers
@@ -248,14 +305,16 @@ def jax_row(
     scheduler: str | None = None,
     vae: str | None = None,
     lora: str | None = None,
+    compose: list[int] | None = None,
 ) -> dict:
+    """Our JAX pipeline on this CPU. It compiles once per number of steps: every length timed is
+    warmed up (compiled) first, and the compile time of the first is reported apart."""
     import time
 
     import jax
     import jax.numpy as jnp
 
     from sdaccel.pipeline import Pipeline
-    from sdaccel.whole_image import time_calls
 
     start = time.perf_counter()
     pipe = Pipeline.from_pretrained(src, dtype=jnp.float32, scheduler=scheduler, vae=vae, progress=False)
@@ -264,21 +323,41 @@ def jax_row(
     load_s = time.perf_counter() - start
     first = {}
 
-    def call():
-        return pipe.generate(PROMPT, steps=steps, guidance_scale=guidance, height=size, width=size, seed=0)
+    def call(n=steps):
+        return pipe.generate(PROMPT, steps=n, guidance_scale=guidance, height=size, width=size, seed=0)
 
-    def warmup():  # the first call compiles: its compile time is reported apart
-        result = call()
-        first.update(result.timings)
+    def warmup(n=None):  # the first call of each length compiles: its compile time is reported apart
+        result = call(compose[0] if compose else steps) if n is None else call(n)
+        first.setdefault("compile_s", result.timings.get("compile_s"))
 
-    times = time_calls(call, runs, warmup=warmup)
+    timed = _timed(call, steps, runs, warmup, compose, warm_each=True)
     return {
-        "timed": times,
+        **timed,
         "load_s": load_s,
         "compile_s": first.get("compile_s"),
         "precision": {"all": "f32"},
         "backend": jax.default_backend(),
         "devices": jax.device_count(),
+    }
+
+
+def _timed(call, steps: int, runs: int, warmup, compose: list[int] | None, warm_each: bool = False) -> dict:
+    """``{"timed": ...}``: :func:`sdaccel.whole_image.time_calls` of ``call(steps)``; or, with
+    ``compose = [a, b]``, of ``call(a)`` and of ``call(b)`` (``warm_each``: ``warmup(b)`` before
+    the calls of ``b``, for a front-end that compiles per length), composed into one image of
+    ``steps`` steps by :func:`sdaccel.whole_image.compose`, with the calls kept under ``"calls"``."""
+    from sdaccel.whole_image import compose as compose_calls
+    from sdaccel.whole_image import time_calls
+
+    if not compose:
+        return {"timed": time_calls(lambda: call(steps), runs, warmup=warmup)}
+    a, b = compose
+    short = time_calls(lambda: call(a), runs, warmup=warmup)
+    long = time_calls(lambda: call(b), runs, warmup=(lambda: warmup(b)) if warm_each else (lambda: None))
+    return {
+        "timed": compose_calls(short, long, a, b, steps),
+        "calls": {str(a): short, str(b): long},
+        "composed": {"from_steps": [a, b]},
     }
 
 
@@ -328,7 +407,17 @@ class Bench:
     def resume(self, previous: dict) -> None:
         """Keep the rows an earlier run of the same settings measured (``--resume``): a run stopped
         half-way goes on where it stopped, and its ratios stay against its own PyTorch row."""
-        same = ("model", "size", "steps", "few_steps", "quick", "runs", "warmup_steps", "lcm_variant")
+        same = (
+            "model",
+            "size",
+            "steps",
+            "few_steps",
+            "quick",
+            "runs",
+            "warmup_steps",
+            "lcm_variant",
+            "compose",
+        )
         changed = {k: (previous["settings"].get(k), self.args.__dict__[k]) for k in same}
         changed = {k: v for k, v in changed.items() if v[0] != v[1]}
         if changed:
@@ -420,15 +509,22 @@ def prepare(bench: Bench, args) -> dict:
     else:
         src = Path(args.random_root) / f"random-{args.model}"
         made = (src / "model_index.json").is_file()
-        bench.artifact(
+        weights = WEIGHT_DTYPE[args.model]
+        ok = bench.artifact(
             "checkpoint",
-            f"build {args.model} with random weights",
+            f"build {args.model} with random weights ({weights} on disk)",
             build_random_checkpoint,
             args.model,
             str(src),
+            0,
+            weights,
             path=src,
             reused_from="benchmarks/bench_memory.py (build_random_checkpoint, seed 0)" if made else None,
         )
+        if not ok:
+            raise SystemExit(
+                f"could not build {src}: {bench.results['artifacts']['checkpoint'].get('error')}"
+            )
     paths["src"] = str(src)
     reuse = REUSE.get(args.model) if args.reuse and not args.quick else None
     f32 = Path(reuse["root"]) / "export-fp32" if reuse else work / "export-fp32"
@@ -473,8 +569,14 @@ def prepare(bench: Bench, args) -> dict:
             "lora", "random LCM-LoRA-shaped adapter, rank 64", make_lora, str(src), str(lora), path=lora
         )
         taesd = work / "taesd-random"
+        layout = "TAESDXL" if args.model == "sdxl" else "TAESD"
         bench.artifact(
-            "tiny_vae", "random tiny autoencoder (TAESD layout)", tiny_vae, str(src), str(taesd), path=taesd
+            "tiny_vae",
+            f"random tiny autoencoder ({layout} layout)",
+            tiny_vae,
+            str(src),
+            str(taesd),
+            path=taesd,
         )
         paths.update(lora=str(lora), taesd=str(taesd))
     if rows & {"lcm4_lora_int8", "lcm4_lora_int8_taesd"}:
@@ -551,71 +653,45 @@ def _quantize(src_xml, dst_xml, variant, calibration, samples, max_memory_gb):
 def measure(bench: Bench, args, paths: dict) -> None:
     from tqdm.auto import tqdm
 
+    from sdaccel.whole_image import composed_label
+
     size, runs, wsteps = args.size, args.runs, args.warmup_steps
     steps, few = args.steps, args.few_steps
+    # --compose: the rows of `steps` steps are composed from calls of a and b steps; few-step rows run whole
+    compose = args.compose
+    composed = {"from_steps": list(compose)} if compose else None
+    long = composed_label(composed)
+    tiny_vae_name = "TAESDXL" if args.model == "sdxl" else "TAESD"
     plan = []
     for key in args.rows:
         if key == "torch_fp32_20":
-            plan.append(
-                (
-                    key,
-                    f"PyTorch fp32, {steps} steps, CFG",
-                    torch_row,
-                    (paths["src"], steps, None, size, runs, wsteps),
-                )
-            )
+            fn_args = (paths["src"], steps, None, size, runs, wsteps, compose)
+            plan.append((key, f"PyTorch fp32, {steps} steps, CFG{long}", torch_row, fn_args, composed))
         elif key == "ov_float_20":
-            plan.append(
-                (
-                    key,
-                    f"OpenVINO best float, {steps} steps",
-                    ov_row,
-                    (paths["export"], None, steps, None, size, runs, wsteps),
-                )
-            )
+            fn_args = (paths["export"], None, steps, None, size, runs, wsteps, None, None, compose)
+            plan.append((key, f"OpenVINO best float, {steps} steps{long}", ov_row, fn_args, composed))
         elif key.startswith("ov_") and key.endswith("_20"):
             variant = key[3:-3]
             xml = paths.get(f"unet_{variant}")
-            plan.append(
-                (
-                    key,
-                    f"OpenVINO {variant} UNet, {steps} steps",
-                    ov_row,
-                    (paths["export"], xml, steps, None, size, runs, wsteps),
-                )
-            )
+            fn_args = (paths["export"], xml, steps, None, size, runs, wsteps, None, None, compose)
+            plan.append((key, f"OpenVINO {variant} UNet, {steps} steps{long}", ov_row, fn_args, composed))
         elif key.startswith("lcm4_lora_int8"):
             vae = paths["taesd"] if key.endswith("taesd") else None
-            title = f"{few} steps LCM + LoRA fused + {args.lcm_variant} UNet" + (" + TAESD" if vae else "")
-            plan.append(
-                (
-                    key,
-                    title,
-                    ov_row,
-                    (paths["export_lcm"], paths["unet_lcm"], few, 1.0, size, runs, few, "lcm", vae),
-                )
+            title = f"{few} steps LCM + LoRA fused + {args.lcm_variant} UNet" + (
+                f" + {tiny_vae_name}" if vae else ""
             )
+            fn_args = (paths["export_lcm"], paths["unet_lcm"], few, 1.0, size, runs, few, "lcm", vae)
+            plan.append((key, title, ov_row, fn_args, None))
         elif key == "jax_fp32_20":
-            plan.append(
-                (
-                    key,
-                    f"JAX fp32 on CPU, {steps} steps Euler, CFG",
-                    jax_row,
-                    (paths["src"], steps, None, size, runs, "euler"),
-                )
-            )
+            fn_args = (paths["src"], steps, None, size, runs, "euler", None, None, compose)
+            plan.append((key, f"JAX fp32 on CPU, {steps} steps Euler, CFG{long}", jax_row, fn_args, composed))
         elif key == "jax_lcm4_lora_taesd":
-            plan.append(
-                (
-                    key,
-                    f"JAX fp32 on CPU, {few} steps LCM + LoRA fused + TAESD",
-                    jax_row,
-                    (paths["src"], few, 1.0, size, runs, "lcm", paths["taesd"], paths["lora"]),
-                )
-            )
+            title = f"JAX fp32 on CPU, {few} steps LCM + LoRA fused + {tiny_vae_name}"
+            fn_args = (paths["src"], few, 1.0, size, runs, "lcm", paths["taesd"], paths["lora"])
+            plan.append((key, title, jax_row, fn_args, None))
     plan = [p for p in plan if p[0] not in bench.results["rows"]]  # --resume: measured already
-    for key, title, fn, fn_args in tqdm(plan, desc="rows", unit="row"):
-        bench.row(key, title, fn, *fn_args)
+    for key, title, fn, fn_args, row_composed in tqdm(plan, desc="rows", unit="row"):
+        bench.row(key, title, fn, *fn_args, **({"composed": row_composed} if row_composed else {}))
 
 
 def tpu_section(bench: Bench, args) -> None:
@@ -648,15 +724,28 @@ def parse_args(argv=None):
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("model", choices=["sd15"], help="the real architecture, random weights")
-    parser.add_argument("--rows", nargs="+", default=list(ROWS), choices=ROWS, help="the rows, in order")
+    parser.add_argument("model", choices=sorted(SIZE), help="the real architecture, random weights")
+    parser.add_argument(
+        "--rows", nargs="+", default=None, choices=ROWS, help="the rows, in order (default: the model's)"
+    )
+    parser.add_argument(
+        "--compose",
+        nargs="*",
+        type=int,
+        default=None,
+        metavar="N",
+        help="compose the rows of --steps steps from calls of A and B steps (default 1 2; --quick 1 3); "
+        "few-step rows still run whole",
+    )
     parser.add_argument("--runs", type=int, default=2, help="timed calls per row, after one warm-up call")
     parser.add_argument(
         "--warmup-steps", type=int, default=2, help="steps of the warm-up call (OpenVINO, PyTorch)"
     )
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--few-steps", type=int, default=4)
-    parser.add_argument("--size", type=int, default=None, help="image side (default: the model's, 512)")
+    parser.add_argument(
+        "--size", type=int, default=None, help=f"image side (default: {SIZE}; --quick: {QUICK_SIZE})"
+    )
     parser.add_argument(
         "--lcm-variant", default="int8_weights", choices=QUANT_VARIANTS, help="INT8 recipe of the fused UNet"
     )
@@ -664,10 +753,17 @@ def parse_args(argv=None):
         "--calib-samples", type=int, default=2, help="calibration samples (hybrid, full INT8)"
     )
     parser.add_argument("--quant-memory-gb", type=float, default=8.0, help="max_memory_gb of quantize_ir")
-    parser.add_argument("--memory-limit-gb", type=float, default=18.0, help="watchdog of each child")
+    parser.add_argument(
+        "--memory-limit-gb",
+        type=float,
+        default=None,
+        help=f"watchdog of each child (default {MEMORY_LIMIT_GB})",
+    )
     parser.add_argument("--min-free-gb", type=float, default=0.0)
     parser.add_argument(
-        "--reuse", action="store_true", help=f"reuse what bench_memory.py left in {REUSE['sd15']['root']}"
+        "--reuse",
+        action="store_true",
+        help=f"sd15: reuse what bench_memory.py left in {REUSE['sd15']['root']}",
     )
     parser.add_argument(
         "--resume",
@@ -675,7 +771,9 @@ def parse_args(argv=None):
         help="keep the rows --out already holds (same settings); run the rest",
     )
     parser.add_argument("--quick", action="store_true", help="a short self-check on a tiny checkpoint")
-    parser.add_argument("--quick-checkpoint", default="checkpoints/tiny-shapes-sd15")
+    parser.add_argument(
+        "--quick-checkpoint", default=None, help=f"the checkpoint of --quick (default: {QUICK_CHECKPOINT})"
+    )
     parser.add_argument(
         "--tpu", action="store_true", help="add the TPU FLOPs and floor of the 4-step SDXL program"
     )
@@ -692,16 +790,37 @@ def parse_args(argv=None):
     for flag in ("runs", "warmup_steps", "steps", "few_steps", "calib_samples"):
         if getattr(args, flag) < 1:
             parser.error(f"--{flag.replace('_', '-')} must be at least 1")
+    if args.size is not None and (args.size < 8 or args.size % 8):
+        parser.error(f"--size must be a positive multiple of 8 (the VAE's factor), got {args.size}")
     tag = args.model + ("-quick" if args.quick else "")
     if args.quick:
         args.steps, args.few_steps, args.warmup_steps = min(args.steps, 3), min(args.few_steps, 2), 1
         if args.size is None:
-            args.size = 32
-    args.size = args.size or 512
+            args.size = QUICK_SIZE[args.model]
+    args.size = args.size or SIZE[args.model]
+    args.rows = args.rows or list(DEFAULT_ROWS[args.model])
+    args.memory_limit_gb = args.memory_limit_gb or MEMORY_LIMIT_GB[args.model]
+    args.quick_checkpoint = args.quick_checkpoint or QUICK_CHECKPOINT[args.model]
     args.workdir = args.workdir or f"benchmarks/build/whole_image/{tag}"
     args.out = args.out or f"benchmarks/build/whole_image_{tag}.json"
     if args.quick and args.reuse:
         parser.error("--quick builds its own small artifacts: leave out --reuse")
+    if args.reuse and args.model not in REUSE:
+        parser.error(
+            f"--reuse takes what `{REUSE['sd15']['command']}` left; nothing of the kind is made for "
+            f"{args.model}: leave out --reuse (the run makes its own artifacts in --workdir)"
+        )
+    if args.compose is not None:
+        if args.compose == []:
+            args.compose = [1, args.steps] if args.quick else list(COMPOSE)
+        if len(args.compose) != 2:
+            parser.error(f"--compose takes two step counts A B (or none: {COMPOSE}), got {args.compose}")
+        a, b = args.compose
+        if not 1 <= a < b <= args.steps:
+            parser.error(
+                f"--compose {a} {b}: need 1 <= A < B <= --steps ({args.steps}): the step time is the "
+                "difference of the calls of A and B steps over B - A"
+            )
     return args
 
 
@@ -718,7 +837,7 @@ def main(argv=None) -> dict:
         tpu_section(bench, args)
     measure(bench, args, paths)
     rows = bench.results["rows"]
-    bench.results["missing_rows"] = [k for k in ROWS if not rows.get(k, {}).get("ok")]
+    bench.results["missing_rows"] = [k for k in args.rows if not rows.get(k, {}).get("ok")]
     bench.results["complete"] = not bench.results["missing_rows"]
     bench.results["table"] = format_table(bench.results)
     bench.save()

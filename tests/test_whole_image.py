@@ -113,6 +113,84 @@ def test_composed_seconds():
         whole_image.composed_seconds(1.0, 2.0, 0, 3.0)
 
 
+def _linear_front_end(encode, step, decode, rest, cpu_fixed, cpu_step):
+    """A front-end whose call of n steps takes encode + n x step + decode + rest of wall time and
+    cpu_fixed + n x cpu_step CPU seconds, and reports its parts as the OpenVINO loop does."""
+    clock, cpu = Clock(), Clock()
+
+    def call(n):
+        clock.now += encode + n * step + decode + rest
+        cpu.now += cpu_fixed + n * cpu_step
+        return GenerationResult(
+            [],
+            None,
+            {"encode_s": encode, "vae_decoder_s": decode, "denoise_decode_s": n * step + decode + rest},
+        )
+
+    def times(n, runs=2):
+        return whole_image.time_calls(lambda: call(n), runs, clock=clock, cpu_clock=cpu)
+
+    return times
+
+
+def test_compose_rebuilds_the_whole_image_of_a_linear_front_end():
+    times = _linear_front_end(encode=0.5, step=3.0, decode=2.0, rest=0.25, cpu_fixed=1.5, cpu_step=5.5)
+    out = whole_image.compose(times(1), times(3), 1, 3, 20)
+    # what one call of 20 steps would have taken, to the float
+    assert out["image_s"] == pytest.approx([0.5 + 20 * 3.0 + 2.0 + 0.25])
+    assert out["cpu_s"] == pytest.approx([1.5 + 20 * 5.5])
+    assert out["encode_s"] == pytest.approx([0.5]) and out["decode_s"] == pytest.approx([2.0])
+    assert out["denoise_decode_s"] == pytest.approx([20 * 3.0 + 2.0 + 0.25])
+    assert out["denoise_s"] == pytest.approx([20 * 3.0 + 0.25])
+    meta = out["composed"]
+    assert meta["from_steps"] == [1, 3] and meta["steps"] == 20 and meta["runs"] == 2
+    assert meta["step_s"] == pytest.approx(3.0) and meta["step_cpu_s"] == pytest.approx(5.5)
+    assert meta["rest_s"] == pytest.approx(0.25)
+    assert meta["calls"]["3"]["image_s"] == pytest.approx(0.5 + 9.0 + 2.0 + 0.25)
+    # composed_seconds of the parts, plus the rest of a call
+    parts = whole_image.composed_seconds(0.5, meta["step_s"], 20, 2.0)
+    assert out["image_s"][0] == pytest.approx(parts + meta["rest_s"])
+    # summarize reads it as a row of its own, and keeps the label and the runs behind it
+    summary = whole_image.summarize(out, baseline_s=125.0, baseline_cpu_s=223.0)
+    assert summary["image_s"] == pytest.approx(62.75) and summary["ratio"] == pytest.approx(125.0 / 62.75)
+    assert summary["cpu_ratio"] == pytest.approx(2.0)
+    assert summary["composed"]["from_steps"] == [1, 3] and summary["runs"] == 2
+    assert "composed" not in whole_image.summarize(times(2))
+
+
+def test_compose_of_a_front_end_without_a_decode_split():
+    # a JAX pipeline: encode, then one program for denoise and decode
+    clock = Clock()
+
+    def times(n):
+        def call():
+            clock.now += 0.5 + 4.0 * n + 6.0
+            return GenerationResult([], None, {"encode_s": 0.5, "denoise_decode_s": 4.0 * n + 6.0})
+
+        return whole_image.time_calls(call, 1, clock=clock, cpu_clock=lambda: 0.0)
+
+    out = whole_image.compose(times(1), times(2), 1, 2, 20)
+    assert out["image_s"] == pytest.approx([0.5 + 80.0 + 6.0])
+    assert out["decode_s"] == [None] and out["denoise_s"] == [None]
+    assert out["denoise_decode_s"] == pytest.approx([86.0])
+
+
+def test_compose_refuses_what_it_cannot_compose():
+    times = _linear_front_end(encode=0.5, step=3.0, decode=2.0, rest=0.0, cpu_fixed=1.0, cpu_step=1.0)
+    with pytest.raises(ValueError, match="1 <= a < b"):
+        whole_image.compose(times(2), times(1), 2, 1, 20)
+    with pytest.raises(ValueError, match="steps must be at least 1"):
+        whole_image.compose(times(1), times(2), 1, 2, 0)
+    flat = _linear_front_end(encode=0.5, step=0.0, decode=2.0, rest=0.0, cpu_fixed=1.0, cpu_step=0.0)
+    with pytest.raises(ValueError, match="not slower than the call of 1"):  # no step time to scale
+        whole_image.compose(flat(1), flat(2), 1, 2, 20)
+
+
+def test_composed_label():
+    assert whole_image.composed_label({"from_steps": [1, 2]}) == " (composed from calls of 1 and 2 steps)"
+    assert whole_image.composed_label(None) == ""
+
+
 def _plan(path, rows):
     path.write_text(json.dumps({"rows": rows}))
     return path
@@ -188,6 +266,15 @@ def bench(*args: str, timeout: float = 1800):
         (["sd15", "--runs", "0"], "--runs must be at least 1"),
         (["sd15", "--quick", "--reuse"], "leave out --reuse"),
         (["sd15", "--rows", "nope"], "invalid choice"),
+        (["sdxl", "--reuse"], "leave out --reuse"),
+        (["sdxl", "--compose", "2", "1"], "need 1 <= A < B <= --steps (20)"),
+        (["sdxl", "--compose", "0", "2"], "need 1 <= A < B <= --steps (20)"),
+        (["sdxl", "--compose", "1", "21"], "need 1 <= A < B <= --steps (20)"),
+        (["sdxl", "--quick", "--compose", "1", "4"], "need 1 <= A < B <= --steps (3)"),
+        (["sdxl", "--compose", "1", "2", "3"], "--compose takes two step counts"),
+        (["sdxl", "--compose", "5"], "--compose takes two step counts"),
+        (["sdxl", "--compose", "one", "two"], "invalid int value"),
+        (["sdxl", "--size", "1020"], "multiple of 8"),
     ],
 )
 def test_bad_arguments_are_refused_before_anything_runs(tmp_path, args, message):

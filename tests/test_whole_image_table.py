@@ -271,3 +271,58 @@ def test_the_benchmark_script_uses_this_table():
     assert "from sdaccel.whole_image import ROWS, format_table" in source
     assert "def format_table" not in source
     assert whole_image.ROWS[0] == whole_image.BASELINE  # the baseline leads every table
+
+
+def _composed(data: dict, key: str, from_steps=(1, 2)) -> None:
+    data["rows"][key]["composed"] = {"from_steps": list(from_steps)}
+    data["rows"][key]["median"]["composed"] = {"from_steps": list(from_steps), "step_s": 19.5, "runs": 1}
+
+
+def test_a_composed_row_says_so_in_its_title_the_tables_and_the_findings():
+    data = _results()
+    _composed(data, "torch_fp32_20")
+    _composed(data, "ov_float_20")
+    data["settings"]["compose"] = [1, 2]
+    table = whole_image.read_table(data)
+    rows = table["rows"]
+    assert rows["torch_fp32_20"]["composed"] == {"from_steps": [1, 2]}
+    assert rows["lcm4_lora_int8"]["composed"] is None  # measured end to end
+    assert rows["torch_fp32_20"]["title"] == "PyTorch fp32 (composed from calls of 1 and 2 steps)"
+    assert rows["ov_float_20"]["x_torch_fp32"] == pytest.approx(2.5)  # the ratios as before
+    lines = whole_image.markdown_table(table).splitlines()
+    body = dict(zip(table["rows"], lines[2:], strict=True))
+    assert body["ov_float_20"].startswith(
+        "| OpenVINO float (composed from calls of 1 and 2 steps) | 160.00 |"
+    )
+    assert "composed" not in body["lcm4_lora_int8"]
+    text = whole_image.findings(table)
+    assert text[0].endswith("faster than PyTorch fp32 at 20 steps (400.0 s, composed).")
+    assert text[1].startswith("At the same 20 steps the fastest was OpenVINO float (composed from calls of 1")
+    assert "of PyTorch fp32's composed image" in text[2]
+    assert text[-1] == (
+        "The 2 row(s) marked composed were not run end to end: each is a call of fewer steps plus the "
+        "missing steps at one step's time, the difference of calls of 1 and 2 steps."
+    )
+    head = whole_image.format_table(data).splitlines()[0]
+    assert head.endswith(
+        "; rows marked composed: 20 steps composed from calls of 1 and 2 steps, not run end to end"
+    )
+
+
+def test_a_composed_fastest_row_is_not_said_to_have_made_an_image():
+    data = _results()
+    del data["rows"]["jax_lcm4_lora_taesd"], data["rows"]["lcm4_lora_int8"]
+    _composed(data, "ov_float_20", (1, 3))
+    data["rows"]["ov_float_20"]["title"] = "OpenVINO float (composed)"  # already labelled: kept as is
+    table = whole_image.read_table(data)
+    assert table["rows"]["ov_float_20"]["title"] == "OpenVINO float (composed)"
+    first, *_, last = whole_image.findings(table)
+    assert first.startswith(
+        "On Intel Xeon the fastest configuration, OpenVINO float (composed), comes to an image in 160.0 s: "
+    )
+    assert first.endswith("at 20 steps (400.0 s).")  # the PyTorch row itself ran whole
+    assert last.startswith("The 1 row(s) marked composed") and "calls of 1 and 3 steps" in last
+    # a file without composed rows has no such sentence, and its settings line no such note
+    plain = whole_image.read_table(_results())
+    assert not any("composed" in t for t in whole_image.findings(plain))
+    assert "composed" not in whole_image.format_table(_results())

@@ -100,6 +100,9 @@ def summarize(times: dict, baseline_s: float | None = None, baseline_cpu_s: floa
     out["cpu_s"] = _median(times.get("cpu_s", []))
     out["ratio"] = None if baseline_s is None else baseline_s / image
     out["cpu_ratio"] = None if None in (baseline_cpu_s, out["cpu_s"]) else baseline_cpu_s / out["cpu_s"]
+    if times.get("composed"):  # from compose(): one composed figure from `runs` calls of each length
+        out["composed"] = times["composed"]
+        out["runs"] = times["composed"]["runs"]
     return out
 
 
@@ -111,6 +114,78 @@ def composed_seconds(encode_s: float, step_s: float, steps: int, decode_s: float
             f"need steps >= 1 and non-negative parts, got {encode_s=}, {step_s=}, {steps=}, {decode_s=}."
         )
     return encode_s + steps * step_s + decode_s
+
+
+def compose(short: dict, long: dict, a: int, b: int, steps: int) -> dict:
+    """A whole image of ``steps`` steps composed from :func:`time_calls`' runs of calls of ``a``
+    and of ``b`` steps (``1 <= a < b``), where one call of ``steps`` would not fit the time.
+
+    One step (UNet call and scheduler) costs the difference of the two calls over ``b - a``, in
+    wall time and in CPU seconds (medians of the runs of each); the encode and the decode are the
+    medians over every call (they do not depend on the steps). The whole image is
+    :func:`composed_seconds` of them plus the rest of a call of ``a`` steps (scheduler set-up,
+    post-processing), which is the call of ``a`` steps plus ``steps - a`` step times. The
+    denoise parts are those of the call of ``a`` steps plus ``steps - a`` step times.
+
+    Returns a dict shaped as :func:`time_calls`' (one value per list, so :func:`summarize` reads
+    it) with ``composed``: ``{"from_steps": [a, b], "steps", "runs", "step_s", "step_cpu_s",
+    "rest_s", "calls": {a: medians, b: medians}}``. Raises ``ValueError`` when the step time is not
+    positive (the two calls differ by less than their noise: take ``b`` further from ``a``)."""
+    if not 1 <= a < b:
+        raise ValueError(f"need 1 <= a < b, got {a=}, {b=}.")
+    if steps < 1:
+        raise ValueError(f"steps must be at least 1, got {steps}.")
+    med = {
+        n: {k: _median(t.get(k, [])) for k in ("image_s", "cpu_s", *PARTS)}
+        for n, t in ((a, short), (b, long))
+    }
+    for n in (a, b):
+        if med[n]["image_s"] is None:
+            raise ValueError(f"no timed calls of {n} steps to compose from")
+    step = (med[b]["image_s"] - med[a]["image_s"]) / (b - a)
+    if step <= 0:
+        raise ValueError(
+            f"the call of {b} steps ({med[b]['image_s']:.4g} s) was not slower than the call of {a} "
+            f"({med[a]['image_s']:.4g} s): the step time is below the noise; take b further from a."
+        )
+    cpu_step = None
+    if None not in (med[a]["cpu_s"], med[b]["cpu_s"]):
+        cpu_step = (med[b]["cpu_s"] - med[a]["cpu_s"]) / (b - a)
+    encode = _median([*short.get("encode_s", []), *long.get("encode_s", [])])
+    decode = _median([*short.get("decode_s", []), *long.get("decode_s", [])])
+    rest = med[a]["image_s"] - a * step - (encode or 0.0) - (decode or 0.0)
+    image = composed_seconds(encode or 0.0, step, steps, decode or 0.0) + rest
+    extra = (steps - a) * step
+    denoise_decode = None if med[a]["denoise_decode_s"] is None else med[a]["denoise_decode_s"] + extra
+    cpu = None if cpu_step is None else med[a]["cpu_s"] + (steps - a) * cpu_step
+    compile_s = _median([*short.get("compile_s", []), *long.get("compile_s", [])])
+    return {
+        "image_s": [image],
+        "cpu_s": [cpu],
+        "encode_s": [encode],
+        "denoise_s": [None if None in (denoise_decode, decode) else denoise_decode - decode],
+        "decode_s": [decode],
+        "denoise_decode_s": [denoise_decode],
+        "compile_s": [compile_s],
+        "warmup_s": short.get("warmup_s"),
+        "composed": {
+            "from_steps": [a, b],
+            "steps": steps,
+            "runs": min(len(short["image_s"]), len(long["image_s"])),
+            "step_s": step,
+            "step_cpu_s": cpu_step,
+            "rest_s": rest,
+            "calls": {str(n): med[n] for n in (a, b)},
+        },
+    }
+
+
+def composed_label(composed: dict | None) -> str:
+    """`` (composed from calls of a and b steps)`` for a composed row, else ``""``."""
+    if not composed:
+        return ""
+    a, b = composed.get("from_steps") or ("?", "?")
+    return f" (composed from calls of {a} and {b} steps)"
 
 
 # ----------------------------------------------------------------------------------------------
@@ -222,8 +297,10 @@ def read_table(source: str | os.PathLike | dict) -> dict:
     :data:`BASELINE` row of the same file; ``None`` without it), ``cpu_s`` (the CPU seconds of the
     process during the call; ``None`` in files made before they were recorded) and
     ``x_torch_fp32_cpu`` (the same ratio in CPU seconds), ``precision`` (the UNet's),
-    ``unet_batch``, ``compile_s``, ``unet_layers``, ``load_avg``. A failed row (``ok: false``) is
-    kept with its error and no times. ``shared_cpu``: some row ran while the 1-minute load average
+    ``unet_batch``, ``compile_s``, ``unet_layers``, ``load_avg``, ``composed`` (``{"from_steps":
+    [a, b]}`` for a row whose whole image :func:`compose` made from calls of ``a`` and ``b``
+    steps instead of one call of ``steps``, and its title then says so; ``None`` for a row
+    measured end to end). A failed row (``ok: false``) is kept with its error and no times. ``shared_cpu``: some row ran while the 1-minute load average
     was above the core count (other work shared the CPU, so the seconds run high).
     """
     where = "the given dict"
@@ -261,8 +338,14 @@ def read_table(source: str | os.PathLike | dict) -> dict:
             shared = True
         image_s = median.get("image_s") if ok else None
         cpu_s = median.get("cpu_s") if ok else None
+        composed = raw.get("composed") or median.get("composed")
+        composed = {"from_steps": list(composed["from_steps"])} if composed else None
+        title = raw.get("title") or key
+        if composed and "(composed" not in title:
+            title += composed_label(composed)
         rows[key] = {
-            "title": raw.get("title") or key,
+            "title": title,
+            "composed": composed,
             "ok": ok,
             "error": None if ok else error,
             "steps": settings.get("few_steps") if "lcm" in key else settings.get("steps"),
@@ -316,9 +399,10 @@ def segments(row: dict) -> list[tuple[str, float]]:
 
 
 def findings(table: dict) -> list[str]:
-    """One to three sentences that follow from :func:`read_table`'s numbers: the fastest
+    """One to four sentences that follow from :func:`read_table`'s numbers: the fastest
     configuration against PyTorch fp32, the fastest at the full step count when fewer steps won,
-    and how much of an image the encode and decode take."""
+    how much of an image the encode and decode take, and, when some rows were composed
+    (:func:`compose`), that those were not run end to end."""
     ok = {key: row for key, row in table["rows"].items() if row["ok"]}
     if not ok:
         return ["No configuration of this file finished: it holds failed rows only."]
@@ -326,15 +410,30 @@ def findings(table: dict) -> list[str]:
     fastest_key = min(ok, key=lambda k: ok[k]["image_s"])
     fastest = ok[fastest_key]
     base = ok.get(BASELINE)
+
+    def made(row):  # a composed row was not run end to end: its figure is not "made"
+        return "comes to an image in" if row["composed"] else "made an image in"
+
+    composed = [r for r in ok.values() if r["composed"]]
+    note = []
+    if composed:
+        pairs = sorted({tuple(r["composed"]["from_steps"]) for r in composed})
+        calls = " or ".join(f"{a} and {b}" for a, b in pairs)
+        note = [
+            f"The {len(composed)} row(s) marked composed were not run end to end: each is a call of "
+            f"fewer steps plus the missing steps at one step's time, the difference of calls of {calls} "
+            "steps."
+        ]
     if base is None:
         return [
-            f"On {cpu} the fastest configuration, {fastest['title']}, made an image in "
+            f"On {cpu} the fastest configuration, {fastest['title']}, {made(fastest)} "
             f"{fastest['image_s']:.1f} s (this file has no PyTorch fp32 row to compare it with)."
-        ]
+        ] + note
+    base_s = f"{base['image_s']:.1f} s" + (", composed" if base["composed"] else "")
     out = [
-        f"On {cpu} the fastest configuration, {fastest['title']}, made an image in "
+        f"On {cpu} the fastest configuration, {fastest['title']}, {made(fastest)} "
         f"{fastest['image_s']:.1f} s: {fastest['x_torch_fp32']:.1f}x faster than PyTorch fp32 at "
-        f"{base['steps']} steps ({base['image_s']:.1f} s)."
+        f"{base['steps']} steps ({base_s})."
     ]
     if fastest["x_torch_fp32_cpu"] is not None:
         out[0] = out[0][:-1] + (
@@ -357,14 +456,15 @@ def findings(table: dict) -> list[str]:
     split = [r for k, r in ok.items() if k != BASELINE and ends(r) is not None]
     if ends(base) is not None and split:
         most = max(split, key=ends)
-        text = f"Encode and decode were {ends(base):.0%} of PyTorch fp32's image and {ends(most):.0%} of {most['title']}'s"
+        image = "composed image" if base["composed"] else "image"
+        text = f"Encode and decode were {ends(base):.0%} of PyTorch fp32's {image} and {ends(most):.0%} of {most['title']}'s"
         least = min(split, key=ends)
         if ends(least) < ends(most) / 2:
             text += f" ({ends(least):.0%} with {least['title']})"
         if ends(most) > 2 * ends(base):
             text += ": with few UNet steps the rest of the call weighs more, which seconds per step leave out"
         out.append(text + ".")
-    return out
+    return out + note
 
 
 def _cell(value: float | None, digits: int = 2) -> str:
@@ -440,7 +540,13 @@ def format_table(results: dict) -> str:
     lines = [
         f"{s['model']} ({'tiny, quick' if s.get('quick') else 'real architecture, random weights'}), "
         f"{s['size']}x{s['size']}, one image per call; {m['cpu']}, {m['logical_cores']} cores, "
-        f"median of {s['runs']} runs after a warm-up",
+        f"median of {s['runs']} runs after a warm-up"
+        + (
+            f"; rows marked composed: {s['steps']} steps composed from calls of {s['compose'][0]} and "
+            f"{s['compose'][1]} steps, not run end to end"
+            if s.get("compose") and any(r["composed"] for r in table["rows"].values())
+            else ""
+        ),
         "",
         markdown_table(table, notes=True),
     ]
