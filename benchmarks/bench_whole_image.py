@@ -23,7 +23,9 @@ row                    what runs
 ``ov_<variant>_20``    the same with the UNet quantized: ``int8_weights``, ``hybrid``, ``full_int8``
 ``lcm4_lora_int8``     4 steps, LCM scheduler, an LCM-LoRA-shaped adapter (random, rank 64, every
                        UNet layer LCM-LoRA adapts) fused at export, guidance off (UNet batch 1), the
-                       fused f32 UNet quantized with ``--lcm-variant``; the export's VAE decoder
+                       fused f32 UNet quantized with ``--lcm-variant``; the export's VAE decoder.
+                       Each further ``--lcm-variant`` adds the rows ``lcm4_lora_<variant>`` and
+                       ``lcm4_lora_<variant>_taesd`` (``--lcm-variant int8_weights full_int8``)
 `` lcm4_lora_int8_taesd`` the same with a tiny autoencoder (TAESD layout, random; TAESDXL for SDXL:
                        the same layout) as decoder
 ``jax_fp32_20``        our JAX ``Pipeline`` on the CPU, f32, 20 steps Euler with CFG
@@ -419,6 +421,10 @@ class Bench:
             "compose",
         )
         changed = {k: (previous["settings"].get(k), self.args.__dict__[k]) for k in same}
+        before = changed["lcm_variant"][0]
+        before = [before] if isinstance(before, str) else before or []
+        if before and self.args.lcm_variant[: len(before)] == before:
+            changed.pop("lcm_variant")  # more INT8 recipes after the same ones: their rows are added
         changed = {k: v for k, v in changed.items() if v[0] != v[1]}
         if changed:
             raise SystemExit(
@@ -451,6 +457,9 @@ class Bench:
         if reused_from is None and path is not None and _made(Path(path)):
             reused_from = "an earlier run of this script (same --workdir)"
         if reused_from:
+            earlier = self.results["artifacts"].get(key, {})
+            if earlier.get("path") == entry["path"] and (earlier.get("ok") or earlier.get("reused")):
+                return True  # --resume: the run that made (or reused) it is on record; keep that record
             entry.update(reused=True, made_by=reused_from)
             self.results["artifacts"][key] = entry
             self.save()
@@ -558,6 +567,7 @@ def prepare(bench: Bench, args) -> dict:
             None if variant == "int8_weights" else str(calib),
             args.calib_samples,
             args.quant_memory_gb,
+            args.quant_parts,
             path=xml,
             reused_from=reuse["command"] if reuse and xml.is_file() else None,
             limit_gb=args.quant_memory_gb + 4,
@@ -590,26 +600,47 @@ def prepare(bench: Bench, args) -> dict:
             [[str(lora), 1.0]],
             path=fused,
         )
-        variant = args.lcm_variant
-        xml = work / f"unet_lcm_lora_{variant}.xml"
         lcm_calib = work / "calibration-lcm"
-        if variant != "int8_weights":
-            _calibrate(bench, args, str(fused), lcm_calib, "lcm", 1.0)
-        bench.artifact(
-            "unet_lcm_lora",
-            f"quantize the fused UNet: {variant}",
-            _quantize,
-            str(fused / "unet" / MODEL_XML),
-            str(xml),
-            variant,
-            None if variant == "int8_weights" else str(lcm_calib),
-            args.calib_samples,
-            args.quant_memory_gb,
-            path=xml,
-            limit_gb=args.quant_memory_gb + 4,
-        )
-        paths.update(export_lcm=str(fused), unet_lcm=str(xml))
+        paths.update(export_lcm=str(fused), unet_lcm={})
+        for i, variant in enumerate(args.lcm_variant):
+            xml = work / f"unet_lcm_lora_{variant}.xml"
+            if variant != "int8_weights" and not _made(lcm_calib):
+                _calibrate(bench, args, str(fused), lcm_calib, "lcm", 1.0)
+            bench.artifact(
+                "unet_lcm_lora" if i == 0 else f"unet_lcm_lora_{variant}",
+                f"quantize the fused UNet: {variant}",
+                _quantize,
+                str(fused / "unet" / MODEL_XML),
+                str(xml),
+                variant,
+                None if variant == "int8_weights" else str(lcm_calib),
+                args.calib_samples,
+                args.quant_memory_gb,
+                args.quant_parts,
+                path=xml,
+                limit_gb=args.quant_memory_gb + 4,
+            )
+            paths["unet_lcm"][variant] = str(xml)
     return paths
+
+
+def lcm_row_key(key: str, index: int, variant: str) -> str:
+    """The row key of an ``lcm4_lora_int8*`` row for the ``index``-th ``--lcm-variant``: the first
+    keeps the key (``lcm4_lora_int8``, whatever its recipe: the title names it), the others are
+    ``lcm4_lora_<variant>`` (``lcm4_lora_full_int8_taesd``), listed after it."""
+    return key if index == 0 else key.replace("lcm4_lora_int8", f"lcm4_lora_{variant}", 1)
+
+
+def row_keys(args) -> list[str]:
+    """Every row key the run measures, in order: ``--rows``, each ``lcm4_lora_int8*`` row once per
+    ``--lcm-variant``."""
+    keys = []
+    for key in args.rows:
+        if key.startswith("lcm4_lora_int8"):
+            keys += [lcm_row_key(key, i, v) for i, v in enumerate(args.lcm_variant)]
+        else:
+            keys.append(key)
+    return keys
 
 
 def _calibrate(bench, args, folder, out_dir, scheduler, guidance):
@@ -643,11 +674,18 @@ def calibrate_child(folder, out_dir, samples, steps, scheduler, guidance):
     return {"samples": len(kept)}
 
 
-def _quantize(src_xml, dst_xml, variant, calibration, samples, max_memory_gb):
+def _quantize(src_xml, dst_xml, variant, calibration, samples, max_memory_gb, parts=None):
+    """``quantize_ir`` of one recipe; hybrid and full INT8 in parts, each part's process watched at
+    ``max_memory_gb``: ``parts`` of them, or as many as ``max_memory_gb`` needs by
+    ``sdaccel.cpu.quantize.parts_for_budget``'s estimate (fitted at 64x64 latents: calibration
+    samples of SDXL at 1024x1024, 128x128 latents, need more parts than it chooses)."""
     from sdaccel.cpu.quantize import quantize_ir
 
-    budget = None if variant == "int8_weights" else max_memory_gb
-    return quantize_ir(src_xml, dst_xml, variant, calibration, samples, max_memory_gb=budget)
+    if variant == "int8_weights":
+        return quantize_ir(src_xml, dst_xml, variant, calibration, samples)
+    return quantize_ir(
+        src_xml, dst_xml, variant, calibration, samples, max_memory_gb=max_memory_gb, parts=parts
+    )
 
 
 def measure(bench: Bench, args, paths: dict) -> None:
@@ -677,11 +715,13 @@ def measure(bench: Bench, args, paths: dict) -> None:
             plan.append((key, f"OpenVINO {variant} UNet, {steps} steps{long}", ov_row, fn_args, composed))
         elif key.startswith("lcm4_lora_int8"):
             vae = paths["taesd"] if key.endswith("taesd") else None
-            title = f"{few} steps LCM + LoRA fused + {args.lcm_variant} UNet" + (
-                f" + {tiny_vae_name}" if vae else ""
-            )
-            fn_args = (paths["export_lcm"], paths["unet_lcm"], few, 1.0, size, runs, few, "lcm", vae)
-            plan.append((key, title, ov_row, fn_args, None))
+            for i, variant in enumerate(args.lcm_variant):
+                title = f"{few} steps LCM + LoRA fused + {variant} UNet" + (
+                    f" + {tiny_vae_name}" if vae else ""
+                )
+                xml = paths["unet_lcm"][variant]
+                fn_args = (paths["export_lcm"], xml, few, 1.0, size, runs, few, "lcm", vae)
+                plan.append((lcm_row_key(key, i, variant), title, ov_row, fn_args, None))
         elif key == "jax_fp32_20":
             fn_args = (paths["src"], steps, None, size, runs, "euler", None, None, compose)
             plan.append((key, f"JAX fp32 on CPU, {steps} steps Euler, CFG{long}", jax_row, fn_args, composed))
@@ -747,12 +787,22 @@ def parse_args(argv=None):
         "--size", type=int, default=None, help=f"image side (default: {SIZE}; --quick: {QUICK_SIZE})"
     )
     parser.add_argument(
-        "--lcm-variant", default="int8_weights", choices=QUANT_VARIANTS, help="INT8 recipe of the fused UNet"
+        "--lcm-variant",
+        nargs="+",
+        default=["int8_weights"],
+        choices=QUANT_VARIANTS,
+        help="INT8 recipe(s) of the fused UNet: the lcm4 rows run once per recipe",
     )
     parser.add_argument(
         "--calib-samples", type=int, default=2, help="calibration samples (hybrid, full INT8)"
     )
     parser.add_argument("--quant-memory-gb", type=float, default=8.0, help="max_memory_gb of quantize_ir")
+    parser.add_argument(
+        "--quant-parts",
+        type=int,
+        default=None,
+        help="parts of hybrid / full INT8 (default: as many as --quant-memory-gb needs by estimate)",
+    )
     parser.add_argument(
         "--memory-limit-gb",
         type=float,
@@ -768,7 +818,8 @@ def parse_args(argv=None):
     parser.add_argument(
         "--resume",
         action="store_true",
-        help="keep the rows --out already holds (same settings); run the rest",
+        help="keep the rows --out already holds (same settings; --lcm-variant may add recipes after "
+        "the ones it had); run the rest",
     )
     parser.add_argument("--quick", action="store_true", help="a short self-check on a tiny checkpoint")
     parser.add_argument(
@@ -787,9 +838,13 @@ def parse_args(argv=None):
         "--out", default=None, help="JSON (default benchmarks/build/whole_image_<model>[-quick].json)"
     )
     args = parser.parse_args(argv)
+    if args.quant_parts is not None and args.quant_parts < 1:
+        parser.error("--quant-parts must be at least 1")
     for flag in ("runs", "warmup_steps", "steps", "few_steps", "calib_samples"):
         if getattr(args, flag) < 1:
             parser.error(f"--{flag.replace('_', '-')} must be at least 1")
+    if len(set(args.lcm_variant)) != len(args.lcm_variant):
+        parser.error(f"--lcm-variant names a recipe twice: {args.lcm_variant}")
     if args.size is not None and (args.size < 8 or args.size % 8):
         parser.error(f"--size must be a positive multiple of 8 (the VAE's factor), got {args.size}")
     tag = args.model + ("-quick" if args.quick else "")
@@ -837,16 +892,16 @@ def main(argv=None) -> dict:
         tpu_section(bench, args)
     measure(bench, args, paths)
     rows = bench.results["rows"]
-    bench.results["missing_rows"] = [k for k in args.rows if not rows.get(k, {}).get("ok")]
+    bench.results["missing_rows"] = [k for k in row_keys(args) if not rows.get(k, {}).get("ok")]
     bench.results["complete"] = not bench.results["missing_rows"]
     bench.results["table"] = format_table(bench.results)
     bench.save()
     print(bench.results["table"])
     md = Path(args.out).with_suffix(".md")
     tmp = md.with_name(md.name + ".partial")
-    tmp.write_text(
-        f"# Whole-image time\n\nMade with `{bench.results['command']}`.\n\n{bench.results['table']}\n"
-    )
+    commands = bench.results.get("commands") or [bench.results["command"]]  # --resume: every run of it
+    made = " then ".join(f"`{c}`" for c in commands)
+    tmp.write_text(f"# Whole-image time\n\nMade with {made}.\n\n{bench.results['table']}\n")
     os.replace(tmp, md)
     print(f"wrote {args.out} and {md}")
     return bench.results

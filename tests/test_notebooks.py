@@ -18,9 +18,11 @@ from pathlib import Path
 
 import pytest
 
+from sdaccel import whole_image
 from sdaccel.notebook import SETUP_CELL
 from sdaccel.run_notebooks import PROFILE_ENV, banned_phrases, cells_without_figures, discover, noisy_outputs
 
+ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = discover()
 IDS = [nb.stem for nb in NOTEBOOKS]
 
@@ -194,6 +196,15 @@ CHECKS = {
                     for row in r["whole_image"].values()
                     if row["ok"]
                 )
+            ),
+        ),
+        # every reference run kept in benchmarks/results is shown (SD 1.5 at 512, SDXL at 1024)
+        (
+            "the kept whole-image tables are all shown",
+            lambda r: (
+                set(r["whole_image_tables"])
+                == {p.name for p in whole_image.reference_files(ROOT / "benchmarks" / "results")}
+                and r["whole_image"] == r["whole_image_tables"]["whole_image_sd15.json"]
             ),
         ),
         # measured 10-17x for the 4-step LCM-LoRA rows on the reference CPU

@@ -275,6 +275,9 @@ def bench(*args: str, timeout: float = 1800):
         (["sdxl", "--compose", "5"], "--compose takes two step counts"),
         (["sdxl", "--compose", "one", "two"], "invalid int value"),
         (["sdxl", "--size", "1020"], "multiple of 8"),
+        (["sd15", "--lcm-variant", "full_int8", "full_int8"], "names a recipe twice"),
+        (["sd15", "--lcm-variant", "int4"], "invalid choice"),
+        (["sdxl", "--quant-parts", "0"], "--quant-parts must be at least 1"),
     ],
 )
 def test_bad_arguments_are_refused_before_anything_runs(tmp_path, args, message):
@@ -283,3 +286,121 @@ def test_bad_arguments_are_refused_before_anything_runs(tmp_path, args, message)
     assert run.returncode == 2
     assert message in run.stderr
     assert not out.exists() and not (tmp_path / "work").exists()
+
+
+def test_each_lcm_recipe_gets_its_own_rows():
+    import subprocess
+    import sys
+
+    def keys(*argv):  # row_keys(parse_args(argv)) in a child started in benchmarks/, where the script imports
+        code = "import json, sys; import bench_whole_image as b; print(json.dumps(b.row_keys(b.parse_args(sys.argv[1:]))))"
+        run = subprocess.run(
+            [sys.executable, "-c", code, *argv],
+            cwd=SCRIPT.parent,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert run.returncode == 0, run.stderr[-2000:]
+        return json.loads(run.stdout.strip().splitlines()[-1])
+
+    rows = ["--rows", "torch_fp32_20", "lcm4_lora_int8", "lcm4_lora_int8_taesd", "jax_fp32_20"]
+    assert keys("sd15", *rows, "--lcm-variant", "int8_weights", "full_int8") == [
+        "torch_fp32_20",
+        "lcm4_lora_int8",
+        "lcm4_lora_full_int8",
+        "lcm4_lora_int8_taesd",
+        "lcm4_lora_full_int8_taesd",
+        "jax_fp32_20",
+    ]
+    # one recipe: the keys as before, whatever the recipe (its title names it)
+    assert keys("sd15", "--rows", "lcm4_lora_int8_taesd", "--lcm-variant", "hybrid") == [
+        "lcm4_lora_int8_taesd"
+    ]
+
+
+def test_resume_adds_int8_recipes_after_the_ones_measured_and_refuses_others(tmp_path):
+    import subprocess
+    import sys
+
+    out = tmp_path / "out.json"
+    common = ["sd15", "--out", str(out), "--workdir", str(tmp_path / "work"), "--resume"]
+    code = (
+        "import json, sys; import bench_whole_image as b; "
+        "print(json.dumps(sorted(b.Bench(b.parse_args(sys.argv[1:])).results['rows'])))"
+    )
+
+    def resume(*extra):
+        return subprocess.run(
+            [sys.executable, "-c", code, *common, *extra],
+            cwd=SCRIPT.parent,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+
+    first = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import json, sys; import bench_whole_image as b; print(json.dumps(vars(b.parse_args(sys.argv[1:]))))",
+            *common,
+        ],
+        cwd=SCRIPT.parent,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    settings = json.loads(first.stdout.strip().splitlines()[-1])
+    settings["lcm_variant"] = "int8_weights"  # as files made before several recipes were possible
+    rows = {"torch_fp32_20": {"ok": True, "median": {"image_s": 1.0}}, "ov_float_20": {"ok": False}}
+    out.write_text(json.dumps({"settings": settings, "rows": rows, "command": "python bench"}))
+    added = resume("--lcm-variant", "int8_weights", "full_int8")
+    assert added.returncode == 0, added.stderr[-2000:]
+    assert json.loads(added.stdout.strip().splitlines()[-1]) == ["torch_fp32_20"]  # the failed row runs again
+    other = resume("--lcm-variant", "full_int8")
+    assert other.returncode != 0 and "measured with other settings" in other.stderr
+    assert "lcm_variant" in other.stderr
+    assert json.loads(out.read_text())["rows"] == rows  # a refused resume leaves the file as it was
+
+
+def test_resume_keeps_the_record_of_an_artifact_the_earlier_run_made(tmp_path):
+    import subprocess
+    import sys
+
+    out, lora = tmp_path / "out.json", tmp_path / "work" / "lora.safetensors"
+    lora.parent.mkdir()
+    lora.write_bytes(b"x")
+    made = {"path": str(lora), "reused": False, "ok": True, "wall_s": 12.5, "peak_rss_gb": 1.2}
+    args = ["sd15", "--out", str(out), "--workdir", str(tmp_path / "work")]
+    code = (
+        "import json, sys; import bench_whole_image as b; "
+        "bench = b.Bench(b.parse_args(sys.argv[1:])); "
+        f"assert bench.artifact('lora', 'make it', print, path={str(lora)!r}); "
+        f"assert bench.artifact('tiny_vae', 'make it', print, path={str(lora)!r}); "
+        "print(json.dumps(bench.results['artifacts']))"
+    )
+
+    def artifacts(*extra):
+        settings = {"model": "sd15", "size": 512, "steps": 20, "few_steps": 4, "quick": False, "runs": 2}
+        settings.update(warmup_steps=2, lcm_variant=["int8_weights"], compose=None)
+        out.write_text(
+            json.dumps(
+                {"settings": settings, "rows": {}, "command": "python bench", "artifacts": {"lora": made}}
+            )
+        )
+        run = subprocess.run(
+            [sys.executable, "-c", code, *args, *extra],
+            cwd=SCRIPT.parent,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert run.returncode == 0, run.stderr[-2000:]
+        return json.loads(run.stdout.strip().splitlines()[-1])
+
+    kept = artifacts("--resume")
+    assert kept["lora"] == made  # what the run that made it measured stays on record
+    assert kept["tiny_vae"]["reused"] and kept["tiny_vae"]["made_by"].startswith("an earlier run")
+    fresh = artifacts()  # without --resume nothing earlier is read: the file is only found reusable
+    assert fresh["lora"] == {"path": str(lora), "reused": True, "made_by": kept["tiny_vae"]["made_by"]}

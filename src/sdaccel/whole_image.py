@@ -286,13 +286,76 @@ BASELINE = "torch_fp32_20"
 REST_SHOWN = 0.01
 
 
+#: How far above the core count the 1-minute load average of a row may go before the table says
+#: that other work shared the CPU: a run alone keeps the cores busy with its rows' threads, and its
+#: parent, the watchdog and the artifacts just made push the average a little above the count
+#: (2.3 on 2 cores, measured with nothing else running).
+SHARED_LOAD_MARGIN = 1.0
+#: The reference runs kept in ``benchmarks/results`` that notebook 06 opens with, in this order.
+REFERENCE_FILES = ("whole_image_sd15.json", "whole_image_sdxl.json")
+
+
+def reference_files(results_dir: str | os.PathLike, given=None) -> list[Path]:
+    """The whole-image JSONs to show: ``given`` (one path, or a list of paths), else those of
+    :data:`REFERENCE_FILES` that ``results_dir`` holds. Raises ``FileNotFoundError`` naming a
+    given file that is not there, or when there is none to show."""
+    if given is None:
+        paths = [Path(results_dir) / name for name in REFERENCE_FILES]
+        paths = [p for p in paths if p.is_file()]
+    else:
+        paths = [Path(p) for p in ([given] if isinstance(given, str | os.PathLike) else given)]
+        missing = [str(p) for p in paths if not p.is_file()]
+        if missing:
+            raise FileNotFoundError(
+                f"no whole-image results at {', '.join(missing)}: make them with `python "
+                "benchmarks/bench_whole_image.py sd15 --out <file>` (or `sdxl --compose`), or pass the path of such "
+                "a file."
+            )
+    if not paths:
+        raise FileNotFoundError(
+            f"no whole-image results in {results_dir} (looked for {', '.join(REFERENCE_FILES)})."
+        )
+    return paths
+
+
+def describe(table: dict, name: str, tier: str) -> list[str]:
+    """Two sentences that say what :func:`read_table`'s ``table`` (from the file ``name``) is: the
+    model, size and runs behind each row, and the CPU it was measured on, with its instruction-set
+    ``tier`` (``sdaccel.cpu.families.isa_tier`` of its flags) and the flags."""
+    s, m = table["settings"], table["machine"]
+    runs = s.get("runs")
+    compose = s.get("compose")
+    composed = any(r["composed"] for r in table["rows"].values())
+    how = f"one warm-up call, then {runs} timed call{'s' if runs != 1 else ''} (the table shows the median)"
+    if compose and composed:
+        how += f"; rows marked composed timed calls of {compose[0]} and {compose[1]} steps instead"
+    flags = m["flags"]
+    return [
+        f"{name}: {s['model']} at {s['size']}x{s['size']}, one image per call; {how}.",
+        f"Measured on {m['cpu']}, {m['logical_cores']} logical cores, {tier} "
+        f"(flags present: {', '.join(k for k, v in flags.items() if v) or 'none'}; "
+        f"absent: {', '.join(k for k, v in flags.items() if not v) or 'none'}).",
+    ]
+
+
+def _row_order(key: str) -> float:
+    """Where a row key sorts: :data:`ROWS`' order; the few-step OpenVINO rows of further INT8
+    recipes (``lcm4_lora_<variant>``, ``lcm4_lora_<variant>_taesd``) right after the first
+    recipe's; any other key last."""
+    if key in ROWS:
+        return ROWS.index(key)
+    if key.startswith("lcm4_lora_"):
+        return ROWS.index("lcm4_lora_int8_taesd") + 0.5
+    return len(ROWS)
+
+
 def read_table(source: str | os.PathLike | dict) -> dict:
     """The rows of a ``bench_whole_image.py`` JSON (a path, or the loaded dict) ready to show.
 
     Returns ``{"machine": {"cpu", "logical_cores", "flags"}, "settings", "command", "baseline_s",
-    "baseline_cpu_s", "has_cpu_s", "shared_cpu", "rows": {key: row}}``, the rows in :data:`ROWS` order (keys it does not know
-    after them). Each row: ``title``, ``ok``, ``error``, ``steps``, ``image_s``, ``encode_s``,
-    ``denoise_s``, ``decode_s``, ``denoise_decode_s`` (``None`` where not reported),
+    "baseline_cpu_s", "has_cpu_s", "shared_cpu", "rows": {key: row}}``, the rows in :data:`ROWS`
+    order (further INT8 recipes' few-step rows after the first's, keys it does not know last).
+    Each row: ``title``, ``ok``, ``error``, ``steps``, ``image_s``, ``encode_s``, ``denoise_s``, ``decode_s``, ``denoise_decode_s`` (``None`` where not reported),
     ``x_torch_fp32`` (the PyTorch fp32 row's whole-image seconds over this row's, from the
     :data:`BASELINE` row of the same file; ``None`` without it), ``cpu_s`` (the CPU seconds of the
     process during the call; ``None`` in files made before they were recorded) and
@@ -300,9 +363,10 @@ def read_table(source: str | os.PathLike | dict) -> dict:
     ``unet_batch``, ``compile_s``, ``unet_layers``, ``load_avg``, ``composed`` (``{"from_steps":
     [a, b]}`` for a row whose whole image :func:`compose` made from calls of ``a`` and ``b``
     steps instead of one call of ``steps``, and its title then says so; ``None`` for a row
-    measured end to end). A failed row (``ok: false``) is kept with its error and no times. ``shared_cpu``: some row ran while the 1-minute load average
-    was above the core count (other work shared the CPU, so the seconds run high).
-    """
+    measured end to end). A failed row (``ok: false``) is kept with its error and no times.
+    ``shared_cpu``: some row ran while the 1-minute load average was more than
+    :data:`SHARED_LOAD_MARGIN` above the core count (other work shared the CPU, so the seconds
+    run high)."""
     where = "the given dict"
     if not isinstance(source, dict):
         where = str(source)
@@ -320,8 +384,7 @@ def read_table(source: str | os.PathLike | dict) -> dict:
             f"(it has {sorted(source)})."
         )
     settings, machine = source["settings"], source["machine"]
-    order = {key: i for i, key in enumerate(ROWS)}
-    keys = sorted(source["rows"], key=lambda k: (order.get(k, len(ROWS)), k))
+    keys = sorted(source["rows"], key=lambda k: (_row_order(k), k))
     base_row = source["rows"].get(BASELINE, {})
     baseline_s = (base_row.get("median") or {}).get("image_s") if base_row.get("ok") else None
     baseline_cpu_s = (base_row.get("median") or {}).get("cpu_s") if base_row.get("ok") else None
@@ -334,7 +397,7 @@ def read_table(source: str | os.PathLike | dict) -> dict:
         error = raw.get("error") or (None if ok else "no whole-image time recorded")
         precision = raw.get("precision") or {}
         load = raw.get("load_avg")
-        if ok and load and cores and max(load) > cores:
+        if ok and load and cores and max(load) > cores + SHARED_LOAD_MARGIN:
             shared = True
         image_s = median.get("image_s") if ok else None
         cpu_s = median.get("cpu_s") if ok else None
