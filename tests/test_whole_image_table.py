@@ -368,7 +368,7 @@ def test_describe_names_the_runs_and_the_cpu():
     table = whole_image.read_table(_results())
     first, second = whole_image.describe(table, "whole.json", "AVX-512 VNNI, no BF16")
     assert first == (
-        "whole.json: sd15 at 512x512, one image per call; one warm-up call, then 2 timed calls "
+        "whole.json: SD 1.5 at 512x512, one image per call; one warm-up call, then 2 timed calls "
         "(the table shows the median)."
     )
     assert second.startswith(
@@ -380,3 +380,7 @@ def test_describe_names_the_runs_and_the_cpu():
     data["settings"]["compose"] = [1, 2]
     first, _ = whole_image.describe(whole_image.read_table(data), "x.json", "AMX")
     assert first.endswith("rows marked composed timed calls of 1 and 2 steps instead.")
+    data["settings"]["model"] = "sdxl"
+    first, _ = whole_image.describe(whole_image.read_table(data), "x.json", "AMX")
+    assert first.startswith("x.json: SDXL at 512x512,")
+    assert whole_image.model_name("my-model") == "my-model"

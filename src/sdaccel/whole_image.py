@@ -291,6 +291,15 @@ REST_SHOWN = 0.01
 #: parent, the watchdog and the artifacts just made push the average a little above the count
 #: (2.3 on 2 cores, measured with nothing else running).
 SHARED_LOAD_MARGIN = 1.0
+#: How the tables name the benchmark's models (``settings["model"]``).
+MODEL_NAMES = {"sd15": "SD 1.5", "sdxl": "SDXL"}
+
+
+def model_name(model: str) -> str:
+    """The name a reader knows a benchmark model by: ``"sd15"`` -> ``"SD 1.5"``; any other as given."""
+    return MODEL_NAMES.get(model, model)
+
+
 #: The reference runs kept in ``benchmarks/results`` that notebook 06 opens with, in this order.
 REFERENCE_FILES = ("whole_image_sd15.json", "whole_image_sdxl.json")
 
@@ -331,7 +340,7 @@ def describe(table: dict, name: str, tier: str) -> list[str]:
         how += f"; rows marked composed timed calls of {compose[0]} and {compose[1]} steps instead"
     flags = m["flags"]
     return [
-        f"{name}: {s['model']} at {s['size']}x{s['size']}, one image per call; {how}.",
+        f"{name}: {model_name(s['model'])} at {s['size']}x{s['size']}, one image per call; {how}.",
         f"Measured on {m['cpu']}, {m['logical_cores']} logical cores, {tier} "
         f"(flags present: {', '.join(k for k, v in flags.items() if v) or 'none'}; "
         f"absent: {', '.join(k for k, v in flags.items() if not v) or 'none'}).",
