@@ -502,7 +502,7 @@ def _made(path: Path) -> bool:
 
 def prepare(bench: Bench, args) -> dict:
     """Every artifact the chosen rows need; returns their paths."""
-    from sdaccel.cpu.export import MODEL_XML, is_complete
+    from sdaccel.cpu.export import is_complete
 
     work = Path(args.workdir)
     work.mkdir(parents=True, exist_ok=True)
@@ -557,20 +557,16 @@ def prepare(bench: Bench, args) -> dict:
         xml = (Path(reuse["root"]) if reuse else work) / f"unet_{variant}.xml"
         if variant != "int8_weights" and not (reuse and xml.is_file()) and not _made(calib):
             _calibrate(bench, args, str(f32), calib, None, None)
-        bench.artifact(
+        _quantize_unet(
+            bench,
+            args,
             f"unet_{variant}",
             f"quantize the UNet: {variant}",
-            _quantize,
-            str(f32 / "unet" / MODEL_XML),
-            str(xml),
+            f32,
+            xml,
             variant,
-            None if variant == "int8_weights" else str(calib),
-            args.calib_samples,
-            args.quant_memory_gb,
-            args.quant_parts,
-            path=xml,
+            calib,
             reused_from=reuse["command"] if reuse and xml.is_file() else None,
-            limit_gb=args.quant_memory_gb + 4,
         )
         paths[f"unet_{variant}"] = str(xml)
     if rows & {"lcm4_lora_int8", "lcm4_lora_int8_taesd", "jax_lcm4_lora_taesd"}:
@@ -606,19 +602,15 @@ def prepare(bench: Bench, args) -> dict:
             xml = work / f"unet_lcm_lora_{variant}.xml"
             if variant != "int8_weights" and not _made(lcm_calib):
                 _calibrate(bench, args, str(fused), lcm_calib, "lcm", 1.0)
-            bench.artifact(
+            _quantize_unet(
+                bench,
+                args,
                 "unet_lcm_lora" if i == 0 else f"unet_lcm_lora_{variant}",
                 f"quantize the fused UNet: {variant}",
-                _quantize,
-                str(fused / "unet" / MODEL_XML),
-                str(xml),
+                fused,
+                xml,
                 variant,
-                None if variant == "int8_weights" else str(lcm_calib),
-                args.calib_samples,
-                args.quant_memory_gb,
-                args.quant_parts,
-                path=xml,
-                limit_gb=args.quant_memory_gb + 4,
+                lcm_calib,
             )
             paths["unet_lcm"][variant] = str(xml)
     return paths
@@ -672,6 +664,29 @@ def calibrate_child(folder, out_dir, samples, steps, scheduler, guidance):
         pipe, prompts, steps=steps, num_samples=samples, out_dir=out_dir, progress=False, **knobs
     )
     return {"samples": len(kept)}
+
+
+def _quantize_unet(bench, args, key, title, export, xml, variant, calibration, reused_from=None):
+    """The artifact ``key``: the UNet of the exported folder ``export`` quantized with ``variant``
+    into ``xml`` (``calibration``: the samples of hybrid and full INT8), in a child watched at
+    ``--quant-memory-gb`` + 4 GiB."""
+    from sdaccel.cpu.export import MODEL_XML
+
+    bench.artifact(
+        key,
+        title,
+        _quantize,
+        str(Path(export) / "unet" / MODEL_XML),
+        str(xml),
+        variant,
+        None if variant == "int8_weights" else str(calibration),
+        args.calib_samples,
+        args.quant_memory_gb,
+        args.quant_parts,
+        path=xml,
+        reused_from=reused_from,
+        limit_gb=args.quant_memory_gb + 4,
+    )
 
 
 def _quantize(src_xml, dst_xml, variant, calibration, samples, max_memory_gb, parts=None):

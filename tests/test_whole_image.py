@@ -260,6 +260,22 @@ def bench(*args: str, timeout: float = 1800):
     )
 
 
+def in_script(code: str, *argv: str):
+    """Runs ``code`` in a child started in benchmarks/, where ``import bench_whole_image`` works,
+    with ``argv`` as ``sys.argv[1:]``; the finished process."""
+    import subprocess
+    import sys
+
+    return subprocess.run(
+        [sys.executable, "-c", code, *argv], cwd=SCRIPT.parent, capture_output=True, text=True, timeout=120
+    )
+
+
+def last_json(run):
+    """The JSON a child of :func:`in_script` printed last."""
+    return json.loads(run.stdout.strip().splitlines()[-1])
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
@@ -289,20 +305,11 @@ def test_bad_arguments_are_refused_before_anything_runs(tmp_path, args, message)
 
 
 def test_each_lcm_recipe_gets_its_own_rows():
-    import subprocess
-    import sys
-
-    def keys(*argv):  # row_keys(parse_args(argv)) in a child started in benchmarks/, where the script imports
+    def keys(*argv):  # row_keys(parse_args(argv))
         code = "import json, sys; import bench_whole_image as b; print(json.dumps(b.row_keys(b.parse_args(sys.argv[1:]))))"
-        run = subprocess.run(
-            [sys.executable, "-c", code, *argv],
-            cwd=SCRIPT.parent,
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
+        run = in_script(code, *argv)
         assert run.returncode == 0, run.stderr[-2000:]
-        return json.loads(run.stdout.strip().splitlines()[-1])
+        return last_json(run)
 
     rows = ["--rows", "torch_fp32_20", "lcm4_lora_int8", "lcm4_lora_int8_taesd", "jax_fp32_20"]
     assert keys("sd15", *rows, "--lcm-variant", "int8_weights", "full_int8") == [
@@ -320,9 +327,6 @@ def test_each_lcm_recipe_gets_its_own_rows():
 
 
 def test_resume_adds_int8_recipes_after_the_ones_measured_and_refuses_others(tmp_path):
-    import subprocess
-    import sys
-
     out = tmp_path / "out.json"
     common = ["sd15", "--out", str(out), "--workdir", str(tmp_path / "work"), "--resume"]
     code = (
@@ -331,33 +335,19 @@ def test_resume_adds_int8_recipes_after_the_ones_measured_and_refuses_others(tmp
     )
 
     def resume(*extra):
-        return subprocess.run(
-            [sys.executable, "-c", code, *common, *extra],
-            cwd=SCRIPT.parent,
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
+        return in_script(code, *common, *extra)
 
-    first = subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            "import json, sys; import bench_whole_image as b; print(json.dumps(vars(b.parse_args(sys.argv[1:]))))",
-            *common,
-        ],
-        cwd=SCRIPT.parent,
-        capture_output=True,
-        text=True,
-        timeout=120,
+    first = in_script(
+        "import json, sys; import bench_whole_image as b; print(json.dumps(vars(b.parse_args(sys.argv[1:]))))",
+        *common,
     )
-    settings = json.loads(first.stdout.strip().splitlines()[-1])
+    settings = last_json(first)
     settings["lcm_variant"] = "int8_weights"  # as files made before several recipes were possible
     rows = {"torch_fp32_20": {"ok": True, "median": {"image_s": 1.0}}, "ov_float_20": {"ok": False}}
     out.write_text(json.dumps({"settings": settings, "rows": rows, "command": "python bench"}))
     added = resume("--lcm-variant", "int8_weights", "full_int8")
     assert added.returncode == 0, added.stderr[-2000:]
-    assert json.loads(added.stdout.strip().splitlines()[-1]) == ["torch_fp32_20"]  # the failed row runs again
+    assert last_json(added) == ["torch_fp32_20"]  # the failed row runs again
     other = resume("--lcm-variant", "full_int8")
     assert other.returncode != 0 and "measured with other settings" in other.stderr
     assert "lcm_variant" in other.stderr
@@ -365,9 +355,6 @@ def test_resume_adds_int8_recipes_after_the_ones_measured_and_refuses_others(tmp
 
 
 def test_resume_keeps_the_record_of_an_artifact_the_earlier_run_made(tmp_path):
-    import subprocess
-    import sys
-
     out, lora = tmp_path / "out.json", tmp_path / "work" / "lora.safetensors"
     lora.parent.mkdir()
     lora.write_bytes(b"x")
@@ -389,15 +376,9 @@ def test_resume_keeps_the_record_of_an_artifact_the_earlier_run_made(tmp_path):
                 {"settings": settings, "rows": {}, "command": "python bench", "artifacts": {"lora": made}}
             )
         )
-        run = subprocess.run(
-            [sys.executable, "-c", code, *args, *extra],
-            cwd=SCRIPT.parent,
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
+        run = in_script(code, *args, *extra)
         assert run.returncode == 0, run.stderr[-2000:]
-        return json.loads(run.stdout.strip().splitlines()[-1])
+        return last_json(run)
 
     kept = artifacts("--resume")
     assert kept["lora"] == made  # what the run that made it measured stays on record
