@@ -23,18 +23,18 @@ $(STAMP): requirements-cpu.txt pyproject.toml
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -r requirements-cpu.txt -e .
 	$(PY) -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (sdaccel)" >/dev/null
-	$(PY) -m sdaccel.tiny build/checkpoints
+	$(PY) -m sdaccel.toy.random_checkpoints build/checkpoints
 	touch $(STAMP)
 
 run: setup
-	$(PY) -m sdaccel.run_notebooks --profile smoke
+	$(PY) -m sdaccel.course.run_notebooks --profile smoke
 
 run-full: setup
-	$(PY) -m sdaccel.run_notebooks --profile full
+	$(PY) -m sdaccel.course.run_notebooks --profile full
 
-# the kernel environment and each notebook's overrides come from src/sdaccel/profiles.py
+# the kernel environment and each notebook's overrides come from src/sdaccel/course/run_profiles.py
 lab: setup
-	$(PY) -m sdaccel.profiles lab --profile $(LAB_PROFILE)
+	$(PY) -m sdaccel.course.run_profiles lab --profile $(LAB_PROFILE)
 
 test: setup
 	$(PY) -m pytest -n $(TEST_WORKERS) --durations=25
@@ -49,13 +49,13 @@ DOCS_FROM ?= build/smoke
 .PHONY: docs attendee doctor
 
 docs: setup
-	$(PY) -m sdaccel.site --from $(DOCS_FROM) --out build/docs
+	$(PY) -m sdaccel.course.docs_site --from $(DOCS_FROM) --out build/docs
 
 attendee: setup
-	$(PY) -m sdaccel.exercises strip notebooks build/attendee
+	$(PY) -m sdaccel.course.exercises strip notebooks build/attendee
 
 doctor: setup
-	$(PY) -m sdaccel.doctor --profile smoke --json build/doctor.json
+	$(PY) -m sdaccel.course.doctor --profile smoke --json build/doctor.json
 
 clean:
 	rm -rf build .pytest_cache

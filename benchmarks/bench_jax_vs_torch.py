@@ -11,7 +11,7 @@ What is measured:
    downloaded), float32, batch 2 (a prompt and its negative: one classifier-free-guidance step),
    ``--latent`` x ``--latent`` latents (default 32, i.e. 256x256 images, to fit a small CPU box):
 
-   - ``jax``: ``UNet2DConditionModel`` of ``sdaccel.models.unet``, built abstractly and filled as
+   - ``jax``: ``UNet2DConditionModel`` of ``sdaccel.tpu.models.unet``, built abstractly and filled as
      Flax's default initialisers would (LeCun-normal kernels; see ``random_params``), the step
      jitted with the weights as an argument, compiled once ahead of time; the median of
      ``--repeats`` calls, each waited for.
@@ -31,7 +31,7 @@ What is measured:
    benchmarked size reports both, which shows how close the two counts are.
 
 3. **Whole images** (``--pipeline-checkpoint``, default the tiny SDXL checkpoint that
-   ``python -m sdaccel.tiny build/checkpoints`` builds): ``sdaccel.pipeline.Pipeline.generate``
+   ``python -m sdaccel.toy.random_checkpoints build/checkpoints`` builds): ``sdaccel.tpu.pipeline.JaxPipeline.generate``
    vs diffusers' ``StableDiffusionXLPipeline`` at ``--pipeline-size`` pixels and
    ``--pipeline-steps`` steps, seconds per image (median of ``--repeats``). On the tiny
    checkpoint this measures pipeline *overhead* (Python per step vs one compiled loop), not SDXL
@@ -115,7 +115,7 @@ def random_params(config, seed: int = 0):
     import numpy as np
     from flax import nnx
 
-    from sdaccel.models.unet import UNet2DConditionModel
+    from sdaccel.tpu.models.unet import UNet2DConditionModel
 
     graphdef, state = nnx.split(nnx.eval_shape(lambda: UNet2DConditionModel(config, rngs=nnx.Rngs(0))))
     rng = np.random.default_rng(seed)
@@ -139,9 +139,9 @@ def jax_measurements(batch: int, latent: int, repeats: int, flops_size: int, flo
     import numpy as np
     from flax import nnx
 
-    from sdaccel.bench import time_calls, xla_flops
-    from sdaccel.checkpoint import count_params
-    from sdaccel.models.unet import UNetConfig
+    from sdaccel.tpu.compilation import time_calls, xla_flops
+    from sdaccel.tpu.models.unet import UNetConfig
+    from sdaccel.tpu.models.weights import count_params
 
     config = UNetConfig.from_dict(sdxl_unet_config())
     start = time.perf_counter()
@@ -236,9 +236,9 @@ def torch_unet_step(batch: int, latent: int, repeats: int) -> dict:
 def jax_pipeline(checkpoint: str, size: int, steps: int, batch: int, repeats: int) -> dict:
     import jax.numpy as jnp
 
-    from sdaccel.pipeline import Pipeline
+    from sdaccel.tpu.pipeline import JaxPipeline
 
-    pipe = Pipeline.from_pretrained(checkpoint, dtype=jnp.float32, progress=False)
+    pipe = JaxPipeline.from_pretrained(checkpoint, dtype=jnp.float32, progress=False)
     prompts = ["a photo of an astronaut riding a horse"] * batch
     kwargs = dict(steps=steps, guidance_scale=5.0, height=size, width=size)
     first = pipe.generate(prompts, **kwargs)
@@ -281,7 +281,7 @@ def torch_pipeline(checkpoint: str, size: int, steps: int, batch: int, repeats: 
 
 def run_child(name: str, fn, *args, limit_gb: float | None = None, timeout_s: float | None = None) -> dict:
     """Run ``fn(*args)`` in a fresh process; return its result with peak RSS, or the error."""
-    from sdaccel.processes import run_with_memory_limit
+    from sdaccel.core.processes import run_with_memory_limit
 
     print(f"[{name}] running ...", flush=True)
     run = run_with_memory_limit(fn, *args, limit_gb=limit_gb, timeout_s=timeout_s)
@@ -347,7 +347,7 @@ def main(argv: list[str] | None = None) -> dict:
     if not args.no_pipeline:
         checkpoint = args.pipeline_checkpoint
         if checkpoint == str(REPO / "build/checkpoints/tiny-sdxl"):
-            from sdaccel.tiny import ensure_tiny
+            from sdaccel.toy.random_checkpoints import ensure_tiny
 
             ensure_tiny(REPO / "build/checkpoints", "tiny-sdxl")
         shape = (checkpoint, args.pipeline_size, args.pipeline_steps, args.pipeline_batch, args.repeats)

@@ -4,7 +4,7 @@
     python benchmarks/bench_memory.py checkpoints/tiny-shapes-sd15                      # the smoke checkpoint
     python benchmarks/bench_memory.py path/to/diffusers-checkpoint --steps 2 --calib-samples 4
 
-Every step runs in its own child process (``sdaccel.processes.run_with_memory_limit``, through
+Every step runs in its own child process (``sdaccel.core.processes.run_with_memory_limit``, through
 ``bench_openvino._run``), one after the other, so each peak is that step's alone, measured as the
 notebooks run it:
 
@@ -78,10 +78,10 @@ def build_random_checkpoint(
     """The real architecture ``name`` (a key of :data:`RANDOM`: ``sd15``, ``sdxl``) with random
     weights (PyTorch's default initialisation, seeded), as a diffusers folder that
     ``diffusers.DiffusionPipeline``, ``sdaccel.cpu.export.export_pipeline`` and the JAX
-    ``sdaccel.pipeline.Pipeline`` load like the published checkpoint: every component from the
+    ``sdaccel.tpu.pipeline.JaxPipeline`` load like the published checkpoint: every component from the
     reference configs (``sdaccel/reference_configs``), the text encoders of the class their
     ``architectures`` names (SDXL's second is ``CLIPTextModelWithProjection``), the scheduler of
-    the class its config names, and one CLIP tokenizer per encoder, written by ``sdaccel.tiny``
+    the class its config names, and one CLIP tokenizer per encoder, written by ``sdaccel.toy.random_checkpoints``
     with the pad token of ``tokenizers.json`` (time and memory do not depend on the vocabulary).
 
     ``weight_dtype="fp16"`` stores the weights in float16: half the disk (SDXL: about 6.9 GB instead
@@ -94,7 +94,7 @@ def build_random_checkpoint(
     import transformers
     from diffusers import AutoencoderKL, UNet2DConditionModel
 
-    from sdaccel.tiny import SD15_COMPONENTS, SDXL_COMPONENTS, publish, staging_folder
+    from sdaccel.toy.random_checkpoints import SD15_COMPONENTS, SDXL_COMPONENTS, publish, staging_folder
 
     if name not in RANDOM:
         raise ValueError(f"no reference architecture {name!r}: choose one of {sorted(RANDOM)}.")
@@ -138,10 +138,10 @@ def build_random_checkpoint(
 
 
 def _write_tokenizer(folder: Path, pad_token: str, model_max_length: int) -> None:
-    """A CLIP tokenizer with ``sdaccel.tiny``'s small vocabulary, saved as transformers saves it."""
+    """A CLIP tokenizer with ``sdaccel.toy.random_checkpoints``'s small vocabulary, saved as transformers saves it."""
     from transformers import CLIPTokenizer
 
-    from sdaccel.tiny import write_clip_tokenizer_files
+    from sdaccel.toy.random_checkpoints import write_clip_tokenizer_files
 
     write_clip_tokenizer_files(folder)
     tokenizer = CLIPTokenizer.from_pretrained(folder, pad_token=pad_token, model_max_length=model_max_length)
@@ -226,7 +226,7 @@ def resolve(checkpoint: str, args) -> tuple[Path, str, str]:
             if not run.ok:
                 raise SystemExit(f"could not build {folder}: {run.error}")
         return folder, checkpoint, "random"
-    from sdaccel.checkpoint import resolve_checkpoint
+    from sdaccel.core.checkpoint import resolve_checkpoint
 
     folder = resolve_checkpoint(checkpoint)
     return folder, folder.name, "checkpoint"
@@ -235,9 +235,9 @@ def resolve(checkpoint: str, args) -> tuple[Path, str, str]:
 def measure(args) -> dict:
     """Run every step; after each one the results so far are written to ``--out`` (``"complete"``
     says whether all steps ran), so a run stopped half-way keeps what it measured."""
+    from sdaccel.core.staging import replace_json
     from sdaccel.cpu.export import MODEL_XML, checkpoint_defaults
     from sdaccel.cpu.quantize import quantize_ir
-    from sdaccel.staging import replace_json
 
     src, name, weights = resolve(args.checkpoint, args)
     defaults = checkpoint_defaults(src)
@@ -357,7 +357,7 @@ def parse_args(argv=None):
 
 
 def main(argv=None) -> dict:
-    from sdaccel.staging import check_writable, replace_json
+    from sdaccel.core.staging import check_writable, replace_json
 
     args = parse_args(argv)
     if args.out:

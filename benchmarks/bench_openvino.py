@@ -26,7 +26,7 @@ its negative, as with classifier-free guidance) and 64x64 latents (512x512 image
                   (rows ``<variant>@<precision>``). Every row records the precision that ran.
 ``full_int8_float_resnets``
                   full INT8 with every ResNet kept in float as well (the pattern of
-                  ``sdaccel.evaluate_shapes.FLOAT_GROUP_VARIANTS``, added to the sensitive layers),
+                  ``sdaccel.toy.adherence.FLOAT_GROUP_VARIANTS``, added to the sensitive layers),
                   the recipe that held prompt adherence on the tiny trained models.
 
 Every measurement runs in its own child process (``run_with_memory_limit``), one after the
@@ -56,7 +56,7 @@ block without its downsampler, the last up block fed with the cached feature, ``
 The script exports that shallow UNet with ``sdaccel.cpu.deepcache`` (where DeepCache lives: both
 IRs, the pipeline hook, INT8), times it in the best float and full INT8, and reports the average seconds per
 step ``(t_full + (N - 1) t_shallow) / N``. Its quality cost needs trained weights to measure
-(random weights have no step-to-step redundancy to exploit): ``python -m sdaccel.cpu.deepcache``
+(random weights have no step-to-step redundancy to exploit): ``python -m sdaccel.toy.deepcache_quality``
 measures it on the tiny trained checkpoints; the paper reports 2.3x on SD 1.5 for a 0.05 drop in
 CLIP score.
 
@@ -77,19 +77,19 @@ UNet exported with ``--tome-ratios`` of its full-resolution tokens merged before
 (traced at ``--latent``, the only size such an IR runs at; weights stored fp16), timed in the best
 float against the unmerged UNet IR, interleaved over ``--lever-rounds`` rounds (each IR compiled,
 warmed up and timed in turn every round, one model in memory at a time). Its quality cost is the
-``tome`` part of ``--quality`` (``sdaccel.cpu.tome.measure``).
+``tome`` part of ``--quality`` (``sdaccel.toy.tome_quality.measure``).
 
 Lever ``vae_int8``: the VAE decoder (batch 1, ``8 x --latent`` pixels square) in PyTorch fp32 (when
 the run has a ``torch_fp32`` row), as an IR in the best float, and quantized by each recipe of
 ``sdaccel.cpu.quantize_vae`` (synthetic latents for calibration). With it, the table also composes
 seconds per *image*: ``--steps-per-image`` UNet steps plus one decode.
 
-Option ``--quality CHECKPOINT`` (a trained ``sdaccel.shapes`` checkpoint such as
+Option ``--quality CHECKPOINT`` (a trained ``sdaccel.toy.dataset`` checkpoint such as
 ``checkpoints/tiny-shapes-sd15``; ``--quality-prompts`` held-out prompts): what the levers that change
-numbers cost, each in a child: the INT8 UNets (``sdaccel.evaluate_shapes``: adherence, PSNR/SSIM
-against OpenVINO f32), DeepCache at ``--deepcache-intervals`` (``sdaccel.cpu.deepcache.measure``),
-the INT8 VAE decoders (``sdaccel.evaluate_shapes.vae_decoder_quality``), the max abs difference of
-the runtime levers' UNet outputs, and token merging at ``--tome-ratios`` (``sdaccel.cpu.tome.measure``:
+numbers cost, each in a child: the INT8 UNets (``sdaccel.toy.adherence``: adherence, PSNR/SSIM
+against OpenVINO f32), DeepCache at ``--deepcache-intervals`` (``sdaccel.toy.deepcache_quality.measure``),
+the INT8 VAE decoders (``sdaccel.toy.adherence.vae_decoder_quality``), the max abs difference of
+the runtime levers' UNet outputs, and token merging at ``--tome-ratios`` (``sdaccel.toy.tome_quality.measure``:
 adherence, PSNR/SSIM against the unmerged f32 images). ``--quality-parts`` runs some of them (with
 ``--update``, the others' earlier results are kept). ``--models`` with no entry measures only that:
 
@@ -126,16 +126,16 @@ from pathlib import Path
 
 import numpy as np
 
+from sdaccel.core.env import cpu_features
 from sdaccel.cpu.deepcache import cached_shape
 from sdaccel.cpu.precision import CANDIDATES
 from sdaccel.cpu.quantize import SENSITIVE_LAYER_PATTERNS, quantize_ir
 from sdaccel.cpu.tome import check_ratio
-from sdaccel.env import cpu_features
-from sdaccel.evaluate_shapes import FLOAT_GROUP_VARIANTS
+from sdaccel.toy.adherence import FLOAT_GROUP_VARIANTS
 
 #: Real architectures with random weights (configs in ``sdaccel/reference_configs``). Any other
 #: ``--models`` entry is a checkpoint (a diffusers folder or hub id; ``tiny-sd15`` / ``tiny-sdxl``
-#: are the tiny ones of ``sdaccel.tiny``) whose own UNet weights are used.
+#: are the tiny ones of ``sdaccel.toy.random_checkpoints``) whose own UNet weights are used.
 MODELS = {"sd15": "sd-1.5", "sdxl": "sdxl-base-1.0"}
 VARIANTS = (
     "torch_fp32",
@@ -149,7 +149,7 @@ VARIANTS = (
 INT8 = ("int8_weights", "hybrid", "full_int8", "full_int8_float_resnets")
 #: INT8 variants with one more layer group kept in float: name -> (recipe, the group's pattern, added
 #: to ``SENSITIVE_LAYER_PATTERNS``). The ResNets' pattern is the one that held adherence on the tiny
-#: trained models (``sdaccel.evaluate_shapes.FLOAT_GROUP_VARIANTS``).
+#: trained models (``sdaccel.toy.adherence.FLOAT_GROUP_VARIANTS``).
 FLOAT_GROUPS = {"full_int8_float_resnets": ("full_int8", FLOAT_GROUP_VARIANTS["full_int8, float resnets"])}
 FLOAT_VARIANTS = {"ov_f32": "f32", "ov_bf16": "bf16"}
 LEVERS = ("deepcache", "quant_memory", "runtime", "static", "guidance_split", "vae_int8", "tome")
@@ -181,11 +181,11 @@ def checkpoint_folder(model: str) -> Path | None:
     """The checkpoint behind a ``--models`` entry, or ``None`` for a random-weight architecture."""
     if model in MODELS:
         return None
-    from sdaccel.tiny import BUILDERS, ensure_tiny
+    from sdaccel.toy.random_checkpoints import BUILDERS, ensure_tiny
 
     if model in BUILDERS:
         return ensure_tiny("build/checkpoints", model)
-    from sdaccel.checkpoint import resolve_checkpoint
+    from sdaccel.core.checkpoint import resolve_checkpoint
 
     return resolve_checkpoint(model, components=["unet"])
 
@@ -563,8 +563,8 @@ def time_torch_vae(model: str, latent: int, iters: int, warmup: int, seed: int =
 
 
 def quality_int8(checkpoint: str, work: str, prompts: int) -> dict:
-    """Adherence and PSNR/SSIM of every INT8 UNet recipe (``sdaccel.evaluate_shapes``)."""
-    from sdaccel.evaluate_shapes import evaluate
+    """Adherence and PSNR/SSIM of every INT8 UNet recipe (``sdaccel.toy.adherence``)."""
+    from sdaccel.toy.adherence import evaluate
 
     out = evaluate(
         checkpoint,
@@ -577,8 +577,8 @@ def quality_int8(checkpoint: str, work: str, prompts: int) -> dict:
 
 
 def quality_deepcache(checkpoint: str, work: str, prompts: int, intervals: list[int]) -> dict:
-    """DeepCache's cost (``sdaccel.cpu.deepcache.measure``), f32 and full INT8 at the first interval."""
-    from sdaccel.cpu.deepcache import measure
+    """DeepCache's cost (``sdaccel.toy.deepcache_quality.measure``), f32 and full INT8 at the first interval."""
+    from sdaccel.toy.deepcache_quality import measure
 
     out = measure(
         checkpoint,
@@ -592,15 +592,15 @@ def quality_deepcache(checkpoint: str, work: str, prompts: int, intervals: list[
 
 
 def quality_vae(checkpoint: str, work: str, prompts: int) -> dict:
-    from sdaccel.evaluate_shapes import vae_decoder_quality
+    from sdaccel.toy.adherence import vae_decoder_quality
 
     return vae_decoder_quality(checkpoint, work, VAE_VARIANTS, num_prompts=prompts)
 
 
 def quality_tome(checkpoint: str, work: str, prompts: int, ratios: list[float]) -> dict:
-    """Token merging's cost (``sdaccel.cpu.tome.measure``): adherence, PSNR/SSIM against the
+    """Token merging's cost (``sdaccel.toy.tome_quality.measure``): adherence, PSNR/SSIM against the
     unmerged f32 images, at each ratio."""
-    from sdaccel.cpu.tome import measure
+    from sdaccel.toy.tome_quality import measure
 
     out = measure(checkpoint, work, ratios=ratios, num_prompts=prompts, progress=False)
     return {"settings": out["settings"], "rows": out["rows"]}
@@ -609,7 +609,7 @@ def quality_tome(checkpoint: str, work: str, prompts: int, ratios: list[float]) 
 def quality_levers(checkpoint: str, work: str, batch: int) -> dict:
     """Max abs difference of each runtime lever's UNet output from its reference arm, on the
     checkpoint's exported UNet at its native size (one round each: numerics, not speed)."""
-    from sdaccel.checkpoint import resolve_checkpoint
+    from sdaccel.core.checkpoint import resolve_checkpoint
     from sdaccel.cpu import levers
     from sdaccel.cpu.export import MODEL_XML, export_pipeline
 
@@ -792,7 +792,7 @@ def _free_gb() -> float:
 def _run(label: str, fn, *args, limit_gb: float | None, min_free_gb: float, wait_s: float = 900, **kwargs):
     """One child-process job. It waits up to ``wait_s`` for ``min_free_gb`` of available memory
     (the machine may be shared), and is skipped if that never comes."""
-    from sdaccel.processes import ChildRun, run_with_memory_limit
+    from sdaccel.core.processes import ChildRun, run_with_memory_limit
 
     deadline = time.monotonic() + wait_s
     while (free := _free_gb()) < min_free_gb and time.monotonic() < deadline:
@@ -1768,7 +1768,7 @@ def parse_args(argv=None):
         "--quality",
         default=None,
         metavar="CHECKPOINT",
-        help="also measure the quality cost of each lever on a trained sdaccel.shapes checkpoint "
+        help="also measure the quality cost of each lever on a trained sdaccel.toy.dataset checkpoint "
         "(checkpoints/tiny-shapes-sd15): INT8 UNets, DeepCache, VAE INT8 (adherence, PSNR/SSIM), and "
         "the max abs difference of the runtime levers",
     )

@@ -11,8 +11,8 @@ The model is a *real architecture with random weights* (``sd15``: SD 1.5 at 512x
 SDXL base at 1024x1024, both text encoders, weights stored fp16 on disk and upcast on load; built
 by ``bench_memory.build_random_checkpoint``): time depends on the shapes, not on the values. One
 image (one prompt) per call. Each row is one configuration, loaded and run in its own child
-process (``sdaccel.processes``), one after the other; in it, one untimed warm-up call, then
-``--runs`` timed calls (:func:`sdaccel.whole_image.time_calls`); the row keeps the median:
+process (``sdaccel.core.processes``), one after the other; in it, one untimed warm-up call, then
+``--runs`` timed calls (:func:`sdaccel.course.whole_image.time_calls`); the row keeps the median:
 
 ====================== ============================================================================
 row                    what runs
@@ -28,7 +28,7 @@ row                    what runs
                        ``lcm4_lora_<variant>_taesd`` (``--lcm-variant int8_weights full_int8``)
 `` lcm4_lora_int8_taesd`` the same with a tiny autoencoder (TAESD layout, random; TAESDXL for SDXL:
                        the same layout) as decoder
-``jax_fp32_20``        our JAX ``Pipeline`` on the CPU, f32, 20 steps Euler with CFG
+``jax_fp32_20``        our JAX ``JaxPipeline`` on the CPU, f32, 20 steps Euler with CFG
 ``jax_lcm4_lora_taesd`` the same with LCM, the LoRA fused, TAESD, 4 steps, no CFG
 ====================== ============================================================================
 
@@ -41,7 +41,7 @@ Composed rows (``--compose [A B]``, default 1 2): a 20-step SDXL image with CFG 
 in PyTorch on two cores, so the rows of ``--steps`` steps (PyTorch, OpenVINO, JAX) time, after the
 warm-up, ``--runs`` calls of A steps and ``--runs`` calls of B steps instead; one step costs their
 difference over B - A, and the whole image is the call of A steps plus ``--steps`` - A such steps
-(:func:`sdaccel.whole_image.compose`, in wall time and in CPU seconds). Such a row says so: its
+(:func:`sdaccel.course.whole_image.compose`, in wall time and in CPU seconds). Such a row says so: its
 title ends in "(composed from calls of A and B steps)", its JSON holds ``composed: {"from_steps":
 [A, B]}`` beside the calls themselves, and the findings never present it as run end to end. The
 few-step rows always run whole. A row whose call of B steps was not slower than its call of A fails
@@ -92,8 +92,8 @@ from pathlib import Path
 from bench_memory import build_random_checkpoint
 from bench_openvino import _run, _summary, machine_info
 
-from sdaccel.distill_lcm import TARGET_MODULES
-from sdaccel.whole_image import ROWS, format_table
+from sdaccel.course.whole_image import ROWS, format_table
+from sdaccel.toy.distill import TARGET_MODULES
 
 PROMPT = "a photo of an astronaut riding a horse on mars"
 QUANT_VARIANTS = ("int8_weights", "hybrid", "full_int8")
@@ -170,8 +170,8 @@ def tiny_vae(src: str, folder: str) -> dict:
     """A random tiny autoencoder in TAESD's layout (64 channels, 1-3-3-3 / 3-3-3-1 blocks) with one
     level per level of ``src``'s VAE. Its ``config.json`` keeps the ``block_out_channels`` that
     ``save_random_tiny_vae`` writes, which the OpenVINO pipeline reads for the latent scale."""
-    from sdaccel.checkpoint import read_config
-    from sdaccel.models.taesd import save_random_tiny_vae
+    from sdaccel.core.checkpoint import read_config
+    from sdaccel.tpu.models.taesd import save_random_tiny_vae
 
     vae = read_config(Path(src), "vae")
     levels = len(vae["block_out_channels"])
@@ -207,7 +207,7 @@ def torch_row(
     import torch
     from diffusers import DiffusionPipeline
 
-    from sdaccel.checkpoint import read_json
+    from sdaccel.core.checkpoint import read_json
 
     index = read_json(Path(src) / "model_index.json")
     skipped = {n: None for n in ("safety_checker", "feature_extractor", "image_encoder") if n in index}
@@ -316,10 +316,10 @@ def jax_row(
     import jax
     import jax.numpy as jnp
 
-    from sdaccel.pipeline import Pipeline
+    from sdaccel.tpu.pipeline import JaxPipeline
 
     start = time.perf_counter()
-    pipe = Pipeline.from_pretrained(src, dtype=jnp.float32, scheduler=scheduler, vae=vae, progress=False)
+    pipe = JaxPipeline.from_pretrained(src, dtype=jnp.float32, scheduler=scheduler, vae=vae, progress=False)
     if lora:
         pipe.fuse_lora([(lora, 1.0)])
     load_s = time.perf_counter() - start
@@ -344,12 +344,12 @@ def jax_row(
 
 
 def _timed(call, steps: int, runs: int, warmup, compose: list[int] | None, warm_each: bool = False) -> dict:
-    """``{"timed": ...}``: :func:`sdaccel.whole_image.time_calls` of ``call(steps)``; or, with
+    """``{"timed": ...}``: :func:`sdaccel.course.whole_image.time_calls` of ``call(steps)``; or, with
     ``compose = [a, b]``, of ``call(a)`` and of ``call(b)`` (``warm_each``: ``warmup(b)`` before
     the calls of ``b``, for a front-end that compiles per length), composed into one image of
-    ``steps`` steps by :func:`sdaccel.whole_image.compose`, with the calls kept under ``"calls"``."""
-    from sdaccel.whole_image import compose as compose_calls
-    from sdaccel.whole_image import time_calls
+    ``steps`` steps by :func:`sdaccel.course.whole_image.compose`, with the calls kept under ``"calls"``."""
+    from sdaccel.course.whole_image import compose as compose_calls
+    from sdaccel.course.whole_image import time_calls
 
     if not compose:
         return {"timed": time_calls(lambda: call(steps), runs, warmup=warmup)}
@@ -370,7 +370,7 @@ def vae_decode_flops(height: int, width: int) -> dict:
     import jax.numpy as jnp
     from flax import nnx
 
-    from sdaccel.tpu_plan import DEFAULT_CONFIG, abstract_pipeline
+    from sdaccel.tpu.plan import DEFAULT_CONFIG, abstract_pipeline
 
     pipe = abstract_pipeline(DEFAULT_CONFIG, jnp.bfloat16, "xla")
     graphdef, params = nnx.split(pipe.vae)
@@ -391,7 +391,7 @@ def vae_decode_flops(height: int, width: int) -> dict:
 
 class Bench:
     def __init__(self, args):
-        from sdaccel.staging import replace_json
+        from sdaccel.core.staging import replace_json
 
         self.args, self.replace_json = args, replace_json
         self.out = Path(args.out)
@@ -476,7 +476,7 @@ class Bench:
         entry = {"key": key, "title": title, **extra, **_summary(run), "finished": _now()}
         entry.pop("rss_timeline_gb", None)
         if run.ok:
-            from sdaccel.whole_image import summarize
+            from sdaccel.course.whole_image import summarize
 
             base = self.results["rows"].get("torch_fp32_20", {}).get("median", {})
             entry["median"] = summarize(entry["timed"], base.get("image_s"), base.get("cpu_s"))
@@ -706,7 +706,7 @@ def _quantize(src_xml, dst_xml, variant, calibration, samples, max_memory_gb, pa
 def measure(bench: Bench, args, paths: dict) -> None:
     from tqdm.auto import tqdm
 
-    from sdaccel.whole_image import composed_label
+    from sdaccel.course.whole_image import composed_label
 
     size, runs, wsteps = args.size, args.runs, args.warmup_steps
     steps, few = args.steps, args.few_steps
@@ -750,7 +750,7 @@ def measure(bench: Bench, args, paths: dict) -> None:
 
 
 def tpu_section(bench: Bench, args) -> None:
-    from sdaccel.whole_image import tpu_floor, unet_row_flops
+    from sdaccel.course.whole_image import tpu_floor, unet_row_flops
 
     files = sorted(glob.glob(str(Path(args.tpu_plans) / "tpu_plan_*.json")))
     unet = unet_row_flops(files)
@@ -895,7 +895,7 @@ def parse_args(argv=None):
 
 
 def main(argv=None) -> dict:
-    from sdaccel.staging import check_writable
+    from sdaccel.core.staging import check_writable
 
     args = parse_args(argv)
     os.environ.setdefault("JAX_PLATFORMS", "cpu")  # the JAX rows run on this CPU; children inherit it

@@ -157,7 +157,7 @@ def _checkpoints_lock():
 
 
 def ensure_checkpoint(name: str) -> Path:
-    from sdaccel.tiny import ensure_tiny
+    from sdaccel.toy.random_checkpoints import ensure_tiny
 
     with _checkpoints_lock():
         return ensure_tiny(CHECKPOINTS, name)
@@ -170,7 +170,7 @@ def jax_compilation_cache(tmp_path_factory):
     test already compiled; they read its executable back instead of compiling it again (the same
     executable, so the same numbers). Only programs that took a second or more are kept. Processes
     that the tests start (notebook kernels, ``tuning.cache_probe``) do not inherit it."""
-    from sdaccel.bench import enable_compilation_cache
+    from sdaccel.tpu.compilation import enable_compilation_cache
 
     folder = tmp_path_factory.getbasetemp() / "jax-cache"
     enable_compilation_cache(folder, min_compile_time_s=1.0, min_entry_size_bytes=0)
@@ -190,7 +190,7 @@ def without_compilation_cache(jax_compilation_cache):
     """The persistent compilation cache off for a module that compiles for compile-only TPU
     devices (``pytestmark = pytest.mark.usefixtures("without_compilation_cache")``): JAX writes
     such an executable to the cache but cannot read it back (it warns, then compiles again)."""
-    from sdaccel.bench import enable_compilation_cache
+    from sdaccel.tpu.compilation import enable_compilation_cache
 
     _compilation_cache_off()
     yield
@@ -214,7 +214,7 @@ def _run_notebook_once(notebook: Path, testrun: str):
     import dataclasses
     import json
 
-    from sdaccel.run_notebooks import NotebookFailed, Run, execute, needed_tiny_checkpoints
+    from sdaccel.course.run_notebooks import NotebookFailed, Run, execute, needed_tiny_checkpoints
 
     record = NOTEBOOK_BUILD / "smoke" / f"{notebook.stem}.run.json"
     locks = NOTEBOOK_BUILD / "locks"
@@ -260,7 +260,7 @@ def smoke_notebook(testrun_uid):
     fails with the same error. Each execution starts with an empty output folder
     (``run_notebooks.fresh_output_dir``), so what a test reads is this run's. Tests using it carry
     ``@pytest.mark.xdist_group("notebooks")``."""
-    from sdaccel.run_notebooks import NotebookFailed
+    from sdaccel.course.run_notebooks import NotebookFailed
 
     runs: dict[str, object] = {}
 

@@ -1,4 +1,4 @@
-"""sdaccel.models.attention: the choice each module carries, and the Pallas splash kernel against
+"""sdaccel.tpu.models.attention: the choice each module carries, and the Pallas splash kernel against
 XLA attention, run in the Pallas interpreter on the CPU (the same kernel code a TPU compiles)."""
 
 import jax
@@ -9,10 +9,11 @@ from flax import nnx
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from sdaccel import sharding, tpu_plan
-from sdaccel.checkpoint import abstract_model
-from sdaccel.models import attention
-from sdaccel.models.unet import UNet2DConditionModel, UNetConfig
+from sdaccel.tpu import plan as tpu_plan
+from sdaccel.tpu import sharding
+from sdaccel.tpu.models import attention
+from sdaccel.tpu.models.unet import UNet2DConditionModel, UNetConfig
+from sdaccel.tpu.models.weights import abstract_model
 
 SPLASH = attention.AttentionImpl("splash", interpret=True)
 
@@ -119,12 +120,12 @@ def test_use_sets_every_attention_module_and_the_graph_definition():
 
 
 def test_interpret_follows_the_platform_compiled_for():
-    from sdaccel import tpu_compile
+    from sdaccel.tpu import topology as tpu_topology
 
     cpu = nnx.Linear(2, 2, rngs=nnx.Rngs(0))
     cpu.attention_impl = attention.XLA
     assert attention.use(cpu, "splash").attention_impl.interpret  # the CPU runs the interpreter
-    tpu_mesh = sharding.make_mesh(devices=tpu_compile.tpu_devices("v5e-4"))
+    tpu_mesh = sharding.make_mesh(devices=tpu_topology.tpu_devices("v5e-4"))
     impl = attention.use(cpu, "splash", mesh=tpu_mesh).attention_impl
     assert not impl.interpret and impl.mesh is tpu_mesh  # compile-only TPU devices: the real kernel
     assert [attention.default_for(p) for p in ("tpu", "gpu", "cpu")] == ["splash", "cudnn", "xla"]

@@ -1,4 +1,4 @@
-"""The benchmark helpers (sdaccel.bench) and the tuning tools above them (sdaccel.tuning), on small
+"""The benchmark helpers (sdaccel.tpu.compilation) and the tuning tools above them (sdaccel.tpu.serving), on small
 jitted functions and the tiny SDXL checkpoint (no assertion on how long anything takes)."""
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ import pytest
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from sdaccel import bench, tuning
-from sdaccel import sharding as sh
-from sdaccel.sharded import ShardedPipeline
+from sdaccel.tpu import compilation, serving
+from sdaccel.tpu import sharding as sh
+from sdaccel.tpu.sharded_pipeline import ShardedPipeline
 
 
 @pytest.mark.parametrize(
@@ -35,7 +35,7 @@ from sdaccel.sharded import ShardedPipeline
     ],
 )
 def test_peak_flops_by_device_kind(kind, peak):
-    assert bench.peak_flops(SimpleNamespace(device_kind=kind)) == peak
+    assert compilation.peak_flops(SimpleNamespace(device_kind=kind)) == peak
 
 
 def test_time_calls_counts_and_blocks():
@@ -45,7 +45,7 @@ def test_time_calls_counts_and_blocks():
         calls.append(1)
         return x + 1
 
-    timing = bench.time_calls(jax.jit(fn), jnp.ones(3), repeats=4)
+    timing = compilation.time_calls(jax.jit(fn), jnp.ones(3), repeats=4)
     assert len(timing.runs_s) == 4 and timing.run_s == np.median(timing.runs_s)
     assert len(calls) == 1  # traced once: the later calls reuse the compiled program
     assert timing.compile_s >= 0 and set(timing.as_dict()) >= {"first_s", "run_s", "compile_s"}
@@ -53,7 +53,7 @@ def test_time_calls_counts_and_blocks():
 
 def test_aot_compile_and_xla_flops():
     m, k, n = 32, 64, 48
-    compiled = bench.aot_compile(
+    compiled = compilation.aot_compile(
         jnp.matmul, jax.ShapeDtypeStruct((m, k), jnp.float32), jax.ShapeDtypeStruct((k, n), jnp.float32)
     )
     assert compiled.flops == 2 * m * k * n
@@ -71,28 +71,30 @@ def test_xla_flops_caveats_per_device_and_loop_body_once():
         return jax.lax.fori_loop(0, 10, lambda i, x: step(x, w), x)
 
     x, w = jax.ShapeDtypeStruct((64, 128), jnp.float32), jax.ShapeDtypeStruct((128, 128), jnp.float32)
-    one = bench.aot_compile(step, x, w).flops
+    one = compilation.aot_compile(step, x, w).flops
     assert one == 2 * 64 * 128 * 128
-    assert bench.aot_compile(loop, x, w).flops < 2 * one  # ten steps, counted as one
+    assert compilation.aot_compile(loop, x, w).flops < 2 * one  # ten steps, counted as one
     if jax.device_count() >= 4:
         mesh = sh.make_mesh(4)
-        split = bench.aot_compile(
+        split = compilation.aot_compile(
             step, x, w, in_shardings=(NamedSharding(mesh, P("data")), NamedSharding(mesh, P()))
         )
         assert split.flops == one / 4  # one device's share
 
 
 def test_utilisation_and_cost():
-    assert bench.utilisation(197e12, 1.0, 197e12) == 1.0
-    assert bench.utilisation(281e12, 2.33, 197e12, devices=1) == pytest.approx(0.612, abs=1e-3)
-    assert bench.utilisation(1e12, 1.0, None) is None and bench.utilisation(None, 1.0, 1e12) is None
-    cost = bench.cost_per_image(images_per_s=1.0, price_per_hour=3.6)
+    assert compilation.utilisation(197e12, 1.0, 197e12) == 1.0
+    assert compilation.utilisation(281e12, 2.33, 197e12, devices=1) == pytest.approx(0.612, abs=1e-3)
+    assert (
+        compilation.utilisation(1e12, 1.0, None) is None and compilation.utilisation(None, 1.0, 1e12) is None
+    )
+    cost = compilation.cost_per_image(images_per_s=1.0, price_per_hour=3.6)
     assert cost["per_image"] == pytest.approx(0.001) and cost["per_1000_images"] == pytest.approx(1.0)
 
 
 def test_persistent_cache_is_hit_by_a_second_process(tmp_path):
-    first = tuning.cache_probe(tmp_path / "cache")
-    second = tuning.cache_probe(tmp_path / "cache")
+    first = serving.cache_probe(tmp_path / "cache")
+    second = serving.cache_probe(tmp_path / "cache")
     assert first["cache_misses"] >= 1 and first["cache_hits"] == 0
     assert second["cache_hits"] >= 1 and second["cache_misses"] == 0
     assert any((tmp_path / "cache").iterdir())
@@ -106,7 +108,7 @@ def test_sweep_skips_indivisible_batches():
         return lambda: f(x)
 
     counts = [1, 2] if jax.device_count() >= 2 else [1]
-    rows = tuning.sweep(make_call, batch_sizes=[2, 3], device_counts=counts, repeats=1, progress=False)
+    rows = serving.sweep(make_call, batch_sizes=[2, 3], device_counts=counts, repeats=1, progress=False)
     done = [r for r in rows if "skipped" not in r]
     assert {(r["devices"], r["batch"]) for r in done} == {(1, 2), (1, 3)} | (
         {(2, 2)} if 2 in counts else set()
@@ -124,18 +126,18 @@ def test_sweep_notes_out_of_memory_and_reraises_other_errors():
             )
         return lambda: jnp.ones(batch)
 
-    rows = tuning.sweep(make_call, batch_sizes=[2, 4], device_counts=[1], repeats=1, progress=False)
+    rows = serving.sweep(make_call, batch_sizes=[2, 4], device_counts=[1], repeats=1, progress=False)
     assert "run_s" in rows[0] and rows[1]["skipped"].startswith("out of memory")
 
     def broken(mesh, batch):
         raise jax.errors.JaxRuntimeError("INTERNAL: something else")
 
     with pytest.raises(jax.errors.JaxRuntimeError, match="INTERNAL"):
-        tuning.sweep(broken, batch_sizes=[1], device_counts=[1], repeats=1, progress=False)
+        serving.sweep(broken, batch_sizes=[1], device_counts=[1], repeats=1, progress=False)
 
 
 def test_aot_cache_compiles_once_per_signature():
-    cache = bench.AOTCache(lambda x: x * 2)
+    cache = compilation.AOTCache(lambda x: x * 2)
     assert len(cache) == 0 and cache.compile_s == 0
     np.testing.assert_array_equal(np.asarray(cache(jnp.ones(3))), 2.0)
     spent = cache.compile_s
@@ -153,15 +155,15 @@ def test_aot_cache_compiles_once_per_signature():
 
 
 def test_nearest_bucket():
-    assert tuning.nearest_bucket(1000, 800) == (1152, 896)
-    assert tuning.nearest_bucket(512, 512) == (1024, 1024)
-    assert tuning.nearest_bucket(700, 1300) == (768, 1344)
+    assert serving.nearest_bucket(1000, 800) == (1152, 896)
+    assert serving.nearest_bucket(512, 512) == (1024, 1024)
+    assert serving.nearest_bucket(700, 1300) == (768, 1344)
 
 
 @pytest.mark.skipif(jax.device_count() < 4, reason="needs 4 devices")
 def test_buckets_warm_the_pipelines_own_cache(tiny_sdxl):
     pipe = ShardedPipeline.from_pretrained(tiny_sdxl, sh.make_mesh(4), dtype=jnp.float32, progress=False)
-    buckets = tuning.Buckets(pipe, batch=4, steps=2, guidance_scale=5.0)
+    buckets = serving.Buckets(pipe, batch=4, steps=2, guidance_scale=5.0)
     with pytest.raises(ValueError, match="warm"):
         buckets.nearest(64, 64)
     seconds = buckets.warm([(64, 64), (48, 80)])
@@ -174,13 +176,13 @@ def test_buckets_warm_the_pipelines_own_cache(tiny_sdxl):
 
 
 def test_attention_timing_runs_the_models_kernels():
-    assert bench.attention_implementations("cpu") == ["xla"]
-    assert bench.attention_implementations("tpu") == ["xla", "splash"]
-    assert bench.attention_implementations("gpu") == ["xla", "cudnn"]
-    timings = bench.time_attention(1, 32, 16, 2, 8, dtype=jnp.float32, repeats=1)
+    assert compilation.attention_implementations("cpu") == ["xla"]
+    assert compilation.attention_implementations("tpu") == ["xla", "splash"]
+    assert compilation.attention_implementations("gpu") == ["xla", "cudnn"]
+    timings = compilation.time_attention(1, 32, 16, 2, 8, dtype=jnp.float32, repeats=1)
     assert set(timings) == {"xla"} and timings["xla"]["max_abs_diff"] == 0  # no splash kernel off TPU
     # the TPU kernel, run through the Pallas interpreter, against XLA on the same problem
-    both = bench.time_attention(
+    both = compilation.time_attention(
         1, 128, 128, 2, 16, dtype=jnp.float32, repeats=1, implementations=["xla", "splash"], interpret=True
     )
     assert list(both) == ["xla", "splash"] and both["splash"]["max_abs_diff"] < 1e-5

@@ -7,18 +7,18 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from sdaccel.checkpoint import (
+from sdaccel.core.checkpoint import (
     CheckpointError,
     WeightFile,
     WeightReader,
     allow_patterns,
     check_weight_files,
-    load_weights,
     open_weights,
     read_config,
     resolve_checkpoint,
     torch_key,
 )
+from sdaccel.tpu.models.weights import load_weights
 
 
 def write_safetensors(path, tensors):
@@ -156,7 +156,7 @@ def test_allow_patterns_take_only_what_is_needed():
 
 
 def test_resolve_errors_name_the_fix(tmp_path):
-    with pytest.raises(CheckpointError, match="sdaccel.tiny"):
+    with pytest.raises(CheckpointError, match="sdaccel.toy.random_checkpoints"):
         resolve_checkpoint(tmp_path / "does-not-exist")
     (tmp_path / "empty").mkdir()
     with pytest.raises(CheckpointError, match="model_index.json"):
@@ -240,7 +240,7 @@ def test_corrupt_weight_file_is_named_with_the_fix(tmp_path, case, spoil, reason
     message = str(caught.value)
     assert str(bad) in message, message
     assert reason in message, message
-    assert "--force-download" in message and "sdaccel.tiny" in message, message
+    assert "--force-download" in message and "sdaccel.toy.random_checkpoints" in message, message
     assert bad.read_bytes() == before, "checking a file must not change it"
     with pytest.raises(CheckpointError, match="truncated or corrupt|is empty"):
         open_weights(tmp_path, "unet")  # the path every loader takes

@@ -1,4 +1,4 @@
-"""Parity of sdaccel.models.clip with transformers' CLIPTextModel / CLIPTextModelWithProjection.
+"""Parity of sdaccel.tpu.models.clip with transformers' CLIPTextModel / CLIPTextModelWithProjection.
 
 Each case builds a tiny random transformers model, saves it with ``save_pretrained`` (safetensors),
 loads it with ``load_text_encoder`` and compares the three outputs the pipelines use.
@@ -16,7 +16,7 @@ from safetensors.numpy import load_file, save_file
 
 transformers = pytest.importorskip("transformers")
 
-from sdaccel.models.clip import (  # noqa: E402
+from sdaccel.tpu.models.clip import (  # noqa: E402
     CLIPTextConfig,
     CLIPTextModel,
     CLIPTextModelWithProjection,

@@ -1,4 +1,4 @@
-"""The shared front-end contract (sdaccel.contract) on its own: defaults from a checkpoint's
+"""The shared front-end contract (sdaccel.core.contract) on its own: defaults from a checkpoint's
 configs, the input checks and their messages, the timings, and the shared image helpers."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import math
 import numpy as np
 import pytest
 
-from sdaccel import contract
-from sdaccel.contract import Defaults, check_inputs, check_seed
+from sdaccel.core import contract
+from sdaccel.core.contract import Defaults, check_inputs, check_seed
 
 SDXL_INDEX = {"_class_name": "StableDiffusionXLPipeline"}
 SD15_INDEX = {"_class_name": "StableDiffusionPipeline"}
@@ -153,7 +153,7 @@ def test_scheduler_names_are_one_table():
 
 
 def test_every_front_end_runs_every_short_scheduler_name():
-    jax_track = pytest.importorskip("sdaccel.schedulers")
+    jax_track = pytest.importorskip("sdaccel.tpu.schedulers")
     assert set(contract.SCHEDULER_NAMES.values()) <= set(jax_track.SCHEDULERS)
     pytest.importorskip("openvino_genai")
     from sdaccel.cpu.genai import GENAI_SCHEDULERS

@@ -19,8 +19,8 @@ import pytest
 ov = pytest.importorskip("openvino")
 pytest.importorskip("torch")
 
-from sdaccel.checkpoint import CheckpointError  # noqa: E402
-from sdaccel.contract import TIMING_KEYS, GenerationResult  # noqa: E402
+from sdaccel.core.checkpoint import CheckpointError  # noqa: E402
+from sdaccel.core.contract import TIMING_KEYS, GenerationResult  # noqa: E402
 from sdaccel.cpu import export as E  # noqa: E402
 from sdaccel.cpu import quantize as Q  # noqa: E402
 from sdaccel.cpu.export import MANIFEST, MODEL_XML, export_pipeline, text_to_image_components  # noqa: E402

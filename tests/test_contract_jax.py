@@ -1,12 +1,12 @@
-"""Bad inputs to the JAX front-ends (``Pipeline``, ``ShardedPipeline``, ``python -m sdaccel.generate``):
+"""Bad inputs to the JAX front-ends (``JaxPipeline``, ``ShardedPipeline``, ``python -m sdaccel.tpu.generate``):
 each is refused with an error that names the fix, before anything is compiled or written.
 
-Before the shared contract (sdaccel.contract), these inputs failed deep inside JAX or the
+Before the shared contract (sdaccel.core.contract), these inputs failed deep inside JAX or the
 scheduler, or silently gave something else: ``seed=None`` failed inside JAX and ``2**40`` raised
 ``OverflowError``; ``steps=2.5`` an ``IndexError`` in the scheduler; ``guidance_scale=nan`` and
 ``height=0`` were accepted (the latter became the default size); ``ShardedPipeline.generate("a red
 circle")`` made 12 images, one per character, and an empty list raised ``IndexError`` inside
-transformers; ``python -m sdaccel.generate`` created ``--out`` before a bad model, size or step
+transformers; ``python -m sdaccel.tpu.generate`` created ``--out`` before a bad model, size or step
 count failed, and mixed a new run's images with an old run's.
 """
 
@@ -20,11 +20,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from sdaccel import generate
-from sdaccel.checkpoint import CheckpointError
-from sdaccel.pipeline import Pipeline
-from sdaccel.sharded import ShardedPipeline
-from sdaccel.sharding import ShardingError, make_mesh
+from sdaccel.core.checkpoint import CheckpointError
+from sdaccel.tpu import generate
+from sdaccel.tpu.pipeline import JaxPipeline
+from sdaccel.tpu.sharded_pipeline import ShardedPipeline
+from sdaccel.tpu.sharding import ShardingError, make_mesh
 
 SIZE = 64  # tiny-sdxl: VAE factor 8, 2 UNet levels -> multiples of 16; trained at 128
 
@@ -49,7 +49,7 @@ IDS = [",".join(f"{k}={v!r}" for k, v in kw.items()) for kw, *_ in BAD_CALLS]
 
 @pytest.fixture(scope="module")
 def pipe(tiny_sdxl):
-    return Pipeline.from_pretrained(tiny_sdxl, dtype=jnp.float32, progress=False)
+    return JaxPipeline.from_pretrained(tiny_sdxl, dtype=jnp.float32, progress=False)
 
 
 @pytest.fixture(scope="module")
@@ -101,7 +101,7 @@ def test_one_string_is_one_image_on_every_front_end(pipe, sharded):
 
 
 # ----------------------------------------------------------------------------------------------
-# python -m sdaccel.generate: nothing is written before every input is checked
+# python -m sdaccel.tpu.generate: nothing is written before every input is checked
 # ----------------------------------------------------------------------------------------------
 
 BAD_CLI = [

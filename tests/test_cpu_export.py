@@ -13,7 +13,7 @@ import pytest
 ov = pytest.importorskip("openvino")
 torch = pytest.importorskip("torch")
 
-from sdaccel.checkpoint import CheckpointError  # noqa: E402
+from sdaccel.core.checkpoint import CheckpointError  # noqa: E402
 from sdaccel.cpu.export import (  # noqa: E402
     MANIFEST,
     MODEL_XML,
@@ -367,7 +367,7 @@ def notebook_export_dir(stem: str, **values):
 def test_notebooks_04_and_05_share_one_export_folder_per_checkpoint(tmp_path):
     from pathlib import Path
 
-    from sdaccel import profiles
+    from sdaccel.course import run_profiles
 
     first, second = "04_openvino_export_and_run", "05_int8_quantization"
     full = notebook_export_dir(first)
@@ -376,7 +376,7 @@ def test_notebooks_04_and_05_share_one_export_folder_per_checkpoint(tmp_path):
     # the smoke profile, as the runner runs it (each notebook its own OUTPUT_DIR under one root)
     smoke = {
         stem: notebook_export_dir(
-            stem, **profiles.overrides(stem, "smoke"), OUTPUT_DIR=str(tmp_path / "outputs" / stem)
+            stem, **run_profiles.overrides(stem, "smoke"), OUTPUT_DIR=str(tmp_path / "outputs" / stem)
         )
         for stem in (first, second)
     }

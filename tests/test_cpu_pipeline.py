@@ -12,8 +12,8 @@ import pytest
 ov = pytest.importorskip("openvino")
 torch = pytest.importorskip("torch")
 
-from sdaccel.checkpoint import CheckpointError  # noqa: E402
-from sdaccel.contract import TIMING_KEYS  # noqa: E402
+from sdaccel.core.checkpoint import CheckpointError  # noqa: E402
+from sdaccel.core.contract import TIMING_KEYS  # noqa: E402
 from sdaccel.cpu.export import (  # noqa: E402
     MODEL_XML,
     export_pipeline,

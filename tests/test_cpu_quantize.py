@@ -12,7 +12,7 @@ pytest.importorskip("nncf")
 
 from sdaccel.cpu import quantize as Q  # noqa: E402
 from sdaccel.cpu.quality import unet_relative_error  # noqa: E402
-from sdaccel.tiny import ensure_tiny  # noqa: E402
+from sdaccel.toy.random_checkpoints import ensure_tiny  # noqa: E402
 
 
 def _unet_inputs(config: dict, timestep: int, rng: np.random.Generator, size: int = 8) -> dict:

@@ -12,7 +12,7 @@ import pytest
 
 ov = pytest.importorskip("openvino")
 
-from sdaccel.checkpoint import read_config  # noqa: E402
+from sdaccel.core.checkpoint import read_config  # noqa: E402
 from sdaccel.cpu.deepcache import (  # noqa: E402
     MODEL_XML,
     DeepCache,
@@ -184,7 +184,7 @@ def test_quantize_both_irs_to_full_int8(exports, pipes, tmp_path):
 
 
 # ----------------------------------------------------------------------------------------------
-# Quality on the trained checkpoints (sdaccel.shapes)
+# Quality on the trained checkpoints (sdaccel.toy.dataset)
 # ----------------------------------------------------------------------------------------------
 
 #: Floors for (adherence score, SSIM vs the uncached f32 images) per DeepCache interval (0: no
@@ -192,7 +192,7 @@ def test_quantize_both_irs_to_full_int8(exports, pipes, tmp_path):
 #: measured, and SSIM a little below. Measured on these 16 prompts (score, SSIM, PSNR):
 #:   tiny-shapes-sdxl: uncached 16/16; N=2 16/16, 0.992, 42.5 dB; N=3 14/16, 0.930, 36.4 dB
 #:   tiny-shapes-sd15: uncached 15/16; N=2 15/16, 0.998, 50.2 dB; N=3 14/16, 0.971, 40.8 dB
-#: On 48 prompts (python -m sdaccel.cpu.deepcache) N=5 dropped to 0.29 (SDXL) and 0.40 (SD 1.5),
+#: On 48 prompts (python -m sdaccel.toy.deepcache_quality) N=5 dropped to 0.29 (SDXL) and 0.40 (SD 1.5),
 #: so it is not tested: on these two-level UNets it breaks the pictures.
 FLOORS = {
     "tiny-shapes-sdxl": {0: (15 / 16, None), 2: (15 / 16, 0.97), 3: (13 / 16, 0.9)},
@@ -202,16 +202,16 @@ FLOORS = {
 
 @pytest.mark.parametrize("name", sorted(FLOORS))
 def test_deepcache_quality_on_trained_shapes(tmp_path_factory, name, record_property):
-    from sdaccel import shapes
     from sdaccel.cpu.quality import compare_images
+    from sdaccel.toy import dataset
 
     src = REPO / "checkpoints" / name
     if not (src / "model_index.json").is_file():
-        pytest.skip(f"{src} is not there (trained by sdaccel.train_tiny)")
+        pytest.skip(f"{src} is not there (trained by sdaccel.toy.train)")
     folder, deep = _export(tmp_path_factory.getbasetemp() / "ov-exports", src)
     pipe = OVPipeline.from_pretrained(folder, precision="f32")
     parts = compile_parts(deep, pipe)
-    prompts = shapes.heldout_prompts(16)
+    prompts = dataset.heldout_prompts(16)
 
     def generate(interval):
         cache = DeepCache(*parts, interval=interval) if interval else None
@@ -221,7 +221,7 @@ def test_deepcache_quality_on_trained_shapes(tmp_path_factory, name, record_prop
     reference = generate(0)
     for interval, (min_score, min_ssim) in FLOORS[name].items():
         images = reference if interval == 0 else generate(interval)
-        score = shapes.adherence(images, prompts)["score"]
+        score = dataset.adherence(images, prompts)["score"]
         record_property(f"adherence_N{interval}", score)
         paired = compare_images(reference, images) if interval else None
         if paired:

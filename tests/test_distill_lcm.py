@@ -8,15 +8,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from sdaccel import distill_lcm, evaluate_steps
-from sdaccel.lora import read_lora
+from sdaccel.core.lora_files import read_lora
+from sdaccel.toy import adherence_steps, distill
 
 REPO = Path(__file__).resolve().parents[1]
 BASE = REPO / "checkpoints" / "tiny-shapes-sdxl"
 SHIPPED = REPO / "checkpoints" / "tiny-shapes-sdxl-lcm-lora"
 
 #: A run of a few iterations: seconds, on 64 training images.
-QUICK = dataclasses.replace(distill_lcm.DistillConfig(), steps=3, batch=4, train_images=64, warmup_steps=1)
+QUICK = dataclasses.replace(distill.DistillConfig(), steps=3, batch=4, train_images=64, warmup_steps=1)
 
 #: Adherence of the shipped adapter through the JAX pipeline, 4 LCM steps, guidance 1, on the 8
 #: held-out prompts of test_shipped_adapter_draws_the_prompt_in_4_steps: measured 1.000 (8/8) when
@@ -33,8 +33,8 @@ def test_a_few_iterations_write_an_adapter_that_changes_the_unet(tmp_path):
     from sdaccel.cpu.lora_export import fuse_into_torch
 
     out = tmp_path / "lora"
-    log = distill_lcm.run(BASE, out, QUICK, evaluate_model=False, progress=False)
-    assert sorted(p.name for p in out.iterdir()) == ["distill_log.json", distill_lcm.WEIGHT_NAME]
+    log = distill.run(BASE, out, QUICK, evaluate_model=False, progress=False)
+    assert sorted(p.name for p in out.iterdir()) == ["distill_log.json", distill.WEIGHT_NAME]
     assert log["steps_done"] == 3 and len(log["loss"]) == 3 and not log["stopped_by_time"]
     assert json.loads((out / "distill_log.json").read_text())["config"]["steps"] == 3
     assert not list(tmp_path.glob(".lora.staging-*"))  # the staging folder was renamed
@@ -53,7 +53,7 @@ def test_a_few_iterations_write_an_adapter_that_changes_the_unet(tmp_path):
         "downsamplers.0.conv",
     ):
         assert any(n.endswith(suffix) for n in names), suffix
-    assert all(n.endswith(distill_lcm.TARGET_MODULES) for n in names)
+    assert all(n.endswith(distill.TARGET_MODULES) for n in names)
     deltas = [np.abs(lay.delta()).max() for lay in layers.values()]
     assert min(deltas) > 0  # B starts at zero; three Adam steps moved every layer
 
@@ -74,11 +74,11 @@ def test_ema_writes_the_moving_average_of_the_lora_weights(tmp_path):
     from safetensors.numpy import load_file
 
     one = dataclasses.replace(QUICK, steps=1)
-    distill_lcm.run(BASE, tmp_path / "plain", one, evaluate_model=False, progress=False)
+    distill.run(BASE, tmp_path / "plain", one, evaluate_model=False, progress=False)
     averaged = dataclasses.replace(one, ema_decay=0.25)
-    distill_lcm.run(BASE, tmp_path / "ema", averaged, evaluate_model=False, progress=False)
-    plain = load_file(tmp_path / "plain" / distill_lcm.WEIGHT_NAME)
-    ema = load_file(tmp_path / "ema" / distill_lcm.WEIGHT_NAME)
+    distill.run(BASE, tmp_path / "ema", averaged, evaluate_model=False, progress=False)
+    plain = load_file(tmp_path / "plain" / distill.WEIGHT_NAME)
+    ema = load_file(tmp_path / "ema" / distill.WEIGHT_NAME)
     assert sorted(plain) == sorted(ema)
     # Before the first update the average is the initial LoRA, so the target and the step are those
     # of the plain run; the file then holds 0.25 initial + 0.75 updated, where lora_B starts at 0.
@@ -97,7 +97,7 @@ def test_existing_destination_is_refused_before_anything_runs(tmp_path):
     out.mkdir()
     (out / "keep.txt").write_text("mine")
     with pytest.raises(FileExistsError, match="--overwrite"):
-        distill_lcm.run(BASE, out, QUICK, evaluate_model=False, progress=False)
+        distill.run(BASE, out, QUICK, evaluate_model=False, progress=False)
     assert [p.name for p in out.iterdir()] == ["keep.txt"]
 
 
@@ -106,9 +106,9 @@ def test_other_pipelines_and_missing_folders_are_refused(tmp_path):
     other.mkdir()
     (other / "model_index.json").write_text(json.dumps({"_class_name": "FluxPipeline"}))
     with pytest.raises(ValueError, match="StableDiffusionXLPipeline or StableDiffusionPipeline"):
-        distill_lcm.run(other, tmp_path / "out", QUICK, progress=False)
+        distill.run(other, tmp_path / "out", QUICK, progress=False)
     with pytest.raises(FileNotFoundError, match="model_index.json"):
-        distill_lcm.run(tmp_path / "nothing", tmp_path / "out", QUICK, progress=False)
+        distill.run(tmp_path / "nothing", tmp_path / "out", QUICK, progress=False)
     assert not (tmp_path / "out").exists()
 
 
@@ -128,20 +128,20 @@ def test_other_pipelines_and_missing_folders_are_refused(tmp_path):
 def test_bad_settings_are_refused(tmp_path, change, message):
     config = dataclasses.replace(QUICK, **change)
     with pytest.raises(ValueError, match=message):
-        distill_lcm.run(BASE, tmp_path / "out", config, progress=False)
+        distill.run(BASE, tmp_path / "out", config, progress=False)
     assert not (tmp_path / "out").exists()
 
 
 def test_boundary_scalings_and_solver():
     import torch
 
-    c_skip, c_out = distill_lcm.boundary_scalings(torch.tensor([0, 19, 999]), 10.0)
+    c_skip, c_out = distill.boundary_scalings(torch.tensor([0, 19, 999]), 10.0)
     assert c_skip.flatten().tolist() == pytest.approx([1.0, 0.25 / (190**2 + 0.25), 0.25 / (9990**2 + 0.25)])
     assert c_out.flatten().tolist() == pytest.approx(
         [0.0, 190 / (190**2 + 0.25) ** 0.5, 9990 / (9990**2 + 0.25) ** 0.5]
     )
     alphas = torch.linspace(0.99, 0.01, 1000)
-    solver = distill_lcm.DDIMSolver(alphas, 50)
+    solver = distill.DDIMSolver(alphas, 50)
     assert solver.skip == 20 and solver.timesteps[:3].tolist() == [19, 39, 59] and solver.timesteps[-1] == 999
     # from timesteps[i] the step lands on timesteps[i - 1] (on timestep 0 from the first)
     assert solver.alpha_prev[0] == alphas[0] and solver.alpha_prev[5] == alphas[99]
@@ -152,13 +152,13 @@ def test_boundary_scalings_and_solver():
 def test_shipped_adapter_folder():
     if not SHIPPED.is_dir():
         pytest.skip("no shipped adapter")
-    weights = SHIPPED / distill_lcm.WEIGHT_NAME
+    weights = SHIPPED / distill.WEIGHT_NAME
     assert weights.stat().st_size < 1_000_000
     log = json.loads((SHIPPED / "distill_log.json").read_text())
     assert log["checkpoint"].endswith("tiny-shapes-sdxl") and log["wall_s"]["train"] < 30 * 60
     readme = (SHIPPED / "README.md").read_text()
     assert (
-        "python -m sdaccel.distill_lcm checkpoints/tiny-shapes-sdxl checkpoints/tiny-shapes-sdxl-lcm-lora"
+        "python -m sdaccel.toy.distill checkpoints/tiny-shapes-sdxl checkpoints/tiny-shapes-sdxl-lcm-lora"
         in readme
     )
     rows = {(r["lora"], r["steps"]): r for r in log["adherence"]["rows"]}
@@ -172,10 +172,10 @@ def test_shipped_steps_sweep():
         pytest.skip("no shipped sweep")
     result = json.loads(path.read_text())
     steps = result["config"]["steps"]
-    pipelines = ["jax_fp32", "ov_f32", *evaluate_steps.INT8_VARIANTS]
+    pipelines = ["jax_fp32", "ov_f32", *adherence_steps.INT8_VARIANTS]
     keys = [(r["pipeline"], r["sampler"], r["steps"]) for r in result["rows"]]
     assert sorted(keys) == sorted(
-        (p, s, n) for p in pipelines for s in evaluate_steps.SAMPLERS for n in steps
+        (p, s, n) for p in pipelines for s in adherence_steps.SAMPLERS for n in steps
     )
     score = {k: r["score"] for k, r in zip(keys, result["rows"], strict=True)}
     for p in pipelines:  # at 4 steps the adapter is what draws the prompt (0.73-0.94 against 0.30-0.35)
@@ -185,7 +185,7 @@ def test_shipped_steps_sweep():
     # the same pictures but for a few borderline shapes. LCM re-noises after every other step with
     # each front-end's own generator (jax.random; torch's, as diffusers), so from 2 steps on the
     # pictures are other draws of the same model: measured up to 5 of 96 prompts apart (20 steps).
-    for s in evaluate_steps.SAMPLERS:
+    for s in adherence_steps.SAMPLERS:
         for n in steps:
             same_noise = s == "base" or n == 1
             limit = 0.05 if same_noise else 0.1
@@ -198,7 +198,7 @@ def sweep_rows():
     (two compilations; the base sampler's rows are in the shipped sweep, checked above)."""
     if not SHIPPED.is_dir():
         pytest.skip("no shipped adapter")
-    return evaluate_steps.adherence_vs_steps(
+    return adherence_steps.adherence_vs_steps(
         BASE, SHIPPED, steps=(2, 4), prompts=8, pipelines=("jax_fp32",), samplers=("lcm",)
     )
 
@@ -211,9 +211,9 @@ def test_sweep_returns_one_row_per_sampler_and_step_count(sweep_rows):
     for r in sweep_rows:
         assert r["prompts"] == 8 and r["lora"] and r["scheduler"] == "LCMScheduler"
         assert r["guidance_scale"] == 1.0 and 0 <= r["score"] <= r["colour"] <= 1
-    table = evaluate_steps.format_table(sweep_rows)
+    table = adherence_steps.format_table(sweep_rows)
     assert table.splitlines()[0].endswith("| 2 steps | 4 steps |") and len(table.splitlines()) == 3
-    fig = evaluate_steps.plot_adherence(sweep_rows)
+    fig = adherence_steps.plot_adherence(sweep_rows)
     (line,) = fig.axes[0].lines
     assert list(line.get_xdata()) == [2, 4] and list(line.get_ydata()) == [r["score"] for r in sweep_rows]
 
@@ -225,12 +225,12 @@ def test_shipped_adapter_draws_the_prompt_in_4_steps(sweep_rows):
 
 def test_sweep_inputs_are_checked():
     with pytest.raises(ValueError, match="Unknown pipelines"):
-        evaluate_steps.adherence_vs_steps(BASE, SHIPPED, pipelines=("torch",))
+        adherence_steps.adherence_vs_steps(BASE, SHIPPED, pipelines=("torch",))
     with pytest.raises(ValueError, match="pass lora="):
-        evaluate_steps.adherence_vs_steps(BASE, None)
+        adherence_steps.adherence_vs_steps(BASE, None)
     with pytest.raises(ValueError, match="steps must be"):
-        evaluate_steps.adherence_vs_steps(BASE, SHIPPED, steps=(0, 4))
+        adherence_steps.adherence_vs_steps(BASE, SHIPPED, steps=(0, 4))
     with pytest.raises(ValueError, match="work_dir"):
-        evaluate_steps.adherence_vs_steps(BASE, SHIPPED, pipelines=("ov_f32",))
+        adherence_steps.adherence_vs_steps(BASE, SHIPPED, pipelines=("ov_f32",))
     with pytest.raises(FileNotFoundError, match="distill_lcm"):
-        evaluate_steps.adherence_vs_steps(BASE, BASE, samplers=("lcm",))
+        adherence_steps.adherence_vs_steps(BASE, BASE, samplers=("lcm",))

@@ -18,8 +18,8 @@ import jax
 import numpy as np
 import pytest
 
-from sdaccel import distributed as dist
-from sdaccel import sharding as sh
+from sdaccel.tpu import distributed as dist
+from sdaccel.tpu import sharding as sh
 
 WORKER = textwrap.dedent(
     """
@@ -27,7 +27,8 @@ WORKER = textwrap.dedent(
     import jax
     jax.config.update("jax_num_cpu_devices", 2)
     import numpy as np
-    from sdaccel import distributed as dist, sharding as sh
+    from sdaccel.tpu import distributed as dist
+    from sdaccel.tpu import sharding as sh
 
     out_dir = sys.argv[1]
     assert dist.initialize(), "the environment should make this a multi-process run"
@@ -60,7 +61,7 @@ WORKER = textwrap.dedent(
 STAND_IN = textwrap.dedent(
     """
     import jax, jax.numpy as jnp
-    from sdaccel.pipeline import initial_noise
+    from sdaccel.tpu.pipeline import initial_noise
 
     def STAND_IN(params, inputs):
         x = initial_noise(3, inputs["indices"], (4, 4))

@@ -9,8 +9,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from sdaccel import doctor, resources
-from sdaccel.run_notebooks import REPO
+from sdaccel.course import doctor, resources
+from sdaccel.course.run_notebooks import REPO
 
 GIB = 2**30
 
@@ -167,7 +167,7 @@ def test_models_cached_one_variant_per_component(tmp_path):
     assert doctor.missing_from_cache(sdxl, files) == ["unet"]
     models = {"sdxl": sdxl}
     gap = doctor.check_models(models, {sdxl.repo_id: files}, hub_ok=False, profile="full")
-    assert gap.status == "fail" and gap.fix.startswith("python -m sdaccel.download --models sdxl")
+    assert gap.status == "fail" and gap.fix.startswith("python -m sdaccel.course.download --models sdxl")
     assert doctor.check_models(models, {sdxl.repo_id: files}, hub_ok=True, profile="full").status == "warn"
     assert doctor.check_models(models, {sdxl.repo_id: files}, hub_ok=False, profile="smoke").status == "info"
 
@@ -179,7 +179,7 @@ def test_smoke_checkpoints(tmp_path):
     missing = doctor.check_smoke_checkpoints(["checkpoints/a", "checkpoints/z"], tmp_path, tmp_path / "b", [])
     assert missing.status == "fail" and missing.data["missing"] == ["checkpoints/z"]
     unbuilt = doctor.check_smoke_checkpoints(["checkpoints/a"], tmp_path, tmp_path / "b", ["tiny-sdxl"])
-    assert unbuilt.status == "warn" and "python -m sdaccel.tiny" in unbuilt.fix
+    assert unbuilt.status == "warn" and "python -m sdaccel.toy.random_checkpoints" in unbuilt.fix
     # the notebooks name the trained checkpoints in their smoke overrides
     repo_dirs, _ = doctor.smoke_checkpoints(["00_environment_and_devices"])
     assert repo_dirs == ["checkpoints/tiny-shapes-sdxl"]
@@ -205,7 +205,7 @@ def test_smoke_profile_passes_here_and_names_what_full_lacks(tmp_path):
         [
             sys.executable,
             "-m",
-            "sdaccel.doctor",
+            "sdaccel.course.doctor",
             "--profile",
             "smoke",
             "--notebooks",
@@ -230,7 +230,7 @@ def test_smoke_profile_passes_here_and_names_what_full_lacks(tmp_path):
 
 
 def test_resources_table_names_every_notebook_and_full_needs_more():
-    from sdaccel.run_notebooks import discover
+    from sdaccel.course.run_notebooks import discover
 
     assert [nb.stem for nb in resources.NOTEBOOKS.values()] == [nb.stem for nb in discover()]
     for nb in resources.NOTEBOOKS.values():

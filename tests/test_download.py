@@ -6,8 +6,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from sdaccel import download, resources
-from sdaccel.checkpoint import allow_patterns
+from sdaccel.core.checkpoint import allow_patterns
+from sdaccel.course import download, resources
 
 MB = 2**20
 

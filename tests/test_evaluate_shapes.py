@@ -1,6 +1,6 @@
 """Prompt adherence of every pipeline on the committed shapes checkpoints, beside PSNR/SSIM.
 
-The thresholds come from ``python -m sdaccel.evaluate_shapes checkpoints/tiny-shapes-<layout>
+The thresholds come from ``python -m sdaccel.toy.adherence checkpoints/tiny-shapes-<layout>
 --prompts 96`` (see the checkpoints' README.md); these tests use the first 24 of those prompts,
 where one image is 4 points, and leave room for another torch/OpenVINO build's last bits.
 """
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from sdaccel import evaluate_shapes
+from sdaccel.toy import adherence
 
 REPO = Path(__file__).resolve().parents[1]
 PROMPTS = 24
@@ -32,7 +32,7 @@ def evaluation(request, tmp_path_factory):
         pytest.skip(f"no committed checkpoint {checkpoint.name}")
     work = tmp_path_factory.mktemp(f"adherence-{request.param}")
     out = work / "adherence.json"
-    result = evaluate_shapes.main([str(checkpoint), "--prompts", str(PROMPTS), "--work-dir", str(work)])
+    result = adherence.main([str(checkpoint), "--prompts", str(PROMPTS), "--work-dir", str(work)])
     assert json.loads(out.read_text())["rows"].keys() == result["rows"].keys()
     return request.param, result
 
@@ -40,7 +40,7 @@ def evaluation(request, tmp_path_factory):
 def test_float_pipelines_draw_the_prompt(evaluation):
     _, result = evaluation
     rows = result["rows"]
-    assert set(rows) == {"torch_fp32", "jax_fp32", "ov_f32", "ov_default", *evaluate_shapes.VARIANTS}
+    assert set(rows) == {"torch_fp32", "jax_fp32", "ov_f32", "ov_default", *adherence.VARIANTS}
     for name in ("torch_fp32", "jax_fp32", "ov_f32", "ov_default"):
         assert rows[name]["adherence"]["score"] >= MIN_FLOAT, (name, rows[name])
         assert rows[name]["adherence"]["n"] == PROMPTS
@@ -54,13 +54,13 @@ def test_pipelines_agree_with_the_reference_pixels(evaluation):
     assert rows["ov_f32"]["vs_torch_fp32"]["psnr_mean"] > 45, rows["ov_f32"]
     assert rows["jax_fp32"]["vs_torch_fp32"]["psnr_mean"] > 45, rows["jax_fp32"]
     # both checkpoints ship a sampler the JAX pipeline implements (Euler, DDIM)
-    assert evaluate_shapes.different_samplers(result) == []
+    assert adherence.different_samplers(result) == []
     assert rows["jax_fp32"]["sampler"] == {"sdxl": "EulerDiscreteScheduler", "sd15": "DDIMScheduler"}[layout]
 
 
 def test_a_different_sampler_is_flagged():
     rows = {"torch_fp32": {"sampler": "PNDMScheduler"}, "jax_fp32": {"sampler": "EulerDiscreteScheduler"}}
-    assert evaluate_shapes.different_samplers({"rows": rows}) == ["jax_fp32"]
+    assert adherence.different_samplers({"rows": rows}) == ["jax_fp32"]
 
 
 def test_int8_variants_cost_what_was_measured(evaluation):
@@ -80,16 +80,16 @@ def test_int8_variants_cost_what_was_measured(evaluation):
 
 def test_a_prompt_blind_pipeline_would_fail(evaluation):
     """The metric is not generous: the reference images scored against shifted prompts fail."""
-    from sdaccel import shapes
+    from sdaccel.toy import dataset
 
     _, result = evaluation
     prompts = result["prompts"]
     shifted = prompts[1:] + prompts[:1]
-    assert shapes.adherence(result["images"]["torch_fp32"], shifted)["score"] < 0.4
+    assert dataset.adherence(result["images"]["torch_fp32"], shifted)["score"] < 0.4
 
 
 def test_bad_arguments_are_refused(tmp_path):
     with pytest.raises(ValueError, match="must include 'torch_fp32'"):
-        evaluate_shapes.evaluate("unused", tmp_path, pipelines=("ov_f32",))
+        adherence.evaluate("unused", tmp_path, pipelines=("ov_f32",))
     with pytest.raises(ValueError, match="include it in pipelines"):
-        evaluate_shapes.evaluate("unused", tmp_path, pipelines=("torch_fp32",))
+        adherence.evaluate("unused", tmp_path, pipelines=("torch_fp32",))

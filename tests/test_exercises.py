@@ -12,8 +12,8 @@ import nbformat
 import numpy as np
 import pytest
 
-from sdaccel import exercises as ex
-from sdaccel.run_notebooks import REPO, discover
+from sdaccel.course import exercises as ex
+from sdaccel.course.run_notebooks import REPO, discover
 
 NOTEBOOKS = discover()
 IDS = [nb.stem for nb in NOTEBOOKS]
@@ -23,7 +23,7 @@ rows_per_device = None
 # BEGIN SOLUTION
 rows_per_device = len(data) // devices
 # END SOLUTION"""
-CHECK = """from sdaccel.exercises import check
+CHECK = """from sdaccel.course.exercises import check
 
 check("99.1", rows_per_device, lambda: len(data) // devices)"""
 
@@ -133,7 +133,7 @@ def test_strip_command_writes_a_fresh_folder_and_never_into_the_sources(tmp_path
     dest.mkdir()
     (dest / "stale.ipynb").write_text("{}")  # a previous run's leftover is not mixed in
     proc = subprocess.run(
-        [sys.executable, "-m", "sdaccel.exercises", "strip", str(src), str(dest)],
+        [sys.executable, "-m", "sdaccel.course.exercises", "strip", str(src), str(dest)],
         capture_output=True,
         text=True,
     )
@@ -141,7 +141,7 @@ def test_strip_command_writes_a_fresh_folder_and_never_into_the_sources(tmp_path
     assert sorted(p.name for p in dest.iterdir()) == ["99_toy.ipynb"]
     assert "BEGIN SOLUTION" not in (dest / "99_toy.ipynb").read_text()
     refused = subprocess.run(
-        [sys.executable, "-m", "sdaccel.exercises", "strip", str(src), str(src / "attendee")],
+        [sys.executable, "-m", "sdaccel.course.exercises", "strip", str(src), str(src / "attendee")],
         capture_output=True,
         text=True,
     )
@@ -171,7 +171,7 @@ def test_notebook_00_without_solutions_stops_at_its_first_check(tmp_path):
     """The attendee copy of notebook 00, executed in the smoke profile: it runs up to the first
     exercise and stops there with the check's message (the copy with solutions passes in
     tests/test_notebooks.py)."""
-    from sdaccel.run_notebooks import NotebookFailed, execute
+    from sdaccel.course.run_notebooks import NotebookFailed, execute
 
     source = NOTEBOOKS[0]
     nb = nbformat.read(source, as_version=4)

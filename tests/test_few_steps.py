@@ -1,4 +1,4 @@
-"""The helpers of notebook 07 (sdaccel.few_steps) and the LoRA hub resolution it relies on."""
+"""The helpers of notebook 07 (sdaccel.course.few_steps) and the LoRA hub resolution it relies on."""
 
 from pathlib import Path
 from types import SimpleNamespace
@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from sdaccel import few_steps
-from sdaccel.checkpoint import LORA_FILES, CheckpointError, resolve_lora, resolve_tiny_vae
-from sdaccel.lora import read_lora
+from sdaccel.core.checkpoint import LORA_FILES, CheckpointError, resolve_lora, resolve_tiny_vae
+from sdaccel.core.lora_files import read_lora
+from sdaccel.course import few_steps
 
 REPO = Path(__file__).resolve().parents[1]
 TOY = REPO / "checkpoints" / "tiny-shapes-sd15"
@@ -70,11 +70,11 @@ def test_faster_follows_the_ratio():
 
 
 def test_lever_costs_scores_captions_and_compares_pixels():
-    from sdaccel import shapes
+    from sdaccel.toy import dataset
 
     prompts = ["a red circle on a blue background, center", "a green square on a white background, top left"]
-    right = [shapes.render(shapes.parse_prompt(p), 32) for p in prompts]
-    wrong = [shapes.render(shapes.parse_prompt(p), 32) for p in reversed(prompts)]
+    right = [dataset.render(dataset.parse_prompt(p), 32) for p in prompts]
+    wrong = [dataset.render(dataset.parse_prompt(p), 32) for p in reversed(prompts)]
     costs = few_steps.lever_costs(right, {"same": right, "swapped": wrong}, prompts)
     assert costs["reference"]["adherence"] == 1.0
     assert costs["same"]["adherence"] == 1.0 and costs["swapped"]["adherence"] == 0.0
@@ -168,7 +168,9 @@ def test_resolve_lora_local_paths_and_errors(tmp_path, monkeypatch):
     )
     with pytest.raises(CheckpointError, match="neither an existing file or folder nor a hub id"):
         resolve_lora(tmp_path / "missing.safetensors")
-    with pytest.raises(CheckpointError, match="Could not download the LoRA 'org/offline'.*sdaccel.download"):
+    with pytest.raises(
+        CheckpointError, match="Could not download the LoRA 'org/offline'.*sdaccel.course.download"
+    ):
         resolve_lora("org/offline")
     (tmp_path / "empty").mkdir()
     with pytest.raises(CheckpointError, match="holds no pytorch_lora_weights.safetensors"):
@@ -177,7 +179,7 @@ def test_resolve_lora_local_paths_and_errors(tmp_path, monkeypatch):
 
 
 def test_the_notebook_models_are_downloadable():
-    from sdaccel import resources
+    from sdaccel.course import resources
 
     nb = resources.NOTEBOOKS["07"]
     models = resources.models_for([nb])

@@ -1,4 +1,4 @@
-"""``python -m sdaccel.generate`` on the tiny SDXL checkpoint: in this process, and as two JAX
+"""``python -m sdaccel.tpu.generate`` on the tiny SDXL checkpoint: in this process, and as two JAX
 processes (CPU collectives) that must write the same images; honest throughput; ``--out`` is
 never a mix of two runs (bad inputs that must leave no ``--out`` are in test_contract_jax.py)."""
 
@@ -21,9 +21,9 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from sdaccel import generate
-from sdaccel.sharded import ShardedPipeline
-from sdaccel.sharding import ShardingError
+from sdaccel.tpu import generate
+from sdaccel.tpu.sharded_pipeline import ShardedPipeline
+from sdaccel.tpu.sharding import ShardingError
 
 PROMPTS = ["a red circle", "a cat", "", "a blue square on a white background", "a horse riding", "a dog"]
 COMMON = ["--steps", "2", "--height", "64", "--width", "64", "--dtype", "float32", "--no-progress"]
@@ -50,7 +50,7 @@ def single_run(tiny_sdxl, tmp_path_factory):
 
 def test_parser_and_prompt_file(tmp_path):
     args = generate.build_parser().parse_args(["--model", "m", "--prompts", "p.txt", "--out", "o"])
-    # left out: the checkpoint's defaults (sdaccel.contract.Defaults)
+    # left out: the checkpoint's defaults (sdaccel.core.contract.Defaults)
     assert (args.steps, args.height, args.width, args.guidance, args.dtype, args.mesh) == (
         None, None, None, None, "bfloat16", "auto",
     )  # fmt: skip
@@ -158,7 +158,7 @@ def test_two_processes_write_the_same_images(single_run, tiny_sdxl, tmp_path):
     cmd = [
         sys.executable,
         "-m",
-        "sdaccel.generate",
+        "sdaccel.tpu.generate",
         "--model",
         str(tiny_sdxl),
         "--prompts",

@@ -10,8 +10,8 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from sdaccel.generate import build_parser
-from sdaccel.sharding import parse_mesh
+from sdaccel.tpu.generate import build_parser
+from sdaccel.tpu.sharding import parse_mesh
 
 GKE = Path(__file__).resolve().parents[1] / "deploy" / "gke"
 FILES = sorted(GKE.glob("*.yaml"))
@@ -44,7 +44,7 @@ def test_jobs_run_our_entry_point_on_matching_tpus(path):
     (job,) = jobs(path)
     pod = job["spec"]["template"]["spec"]
     (container,) = pod["containers"]
-    assert container["command"] == ["python", "-m", "sdaccel.generate"]
+    assert container["command"] == ["python", "-m", "sdaccel.tpu.generate"]
     args = build_parser().parse_args(container["args"])  # every flag exists and parses
     selector = pod["nodeSelector"]
     assert selector["cloud.google.com/gke-tpu-accelerator"] == "tpu-v5-lite-podslice"

@@ -96,29 +96,34 @@ def test_the_cycle_walk_finds_cycles():
 
 
 def test_the_contracts_fail_on_a_shortcut(tmp_path):
-    """A copy of the package with two shortcuts: the bottom importing a script (upward, and a cycle
-    through it), and the JAX pipeline importing PyTorch inside a function."""
+    """A copy of the package with three shortcuts: the core importing the TPU track (upward, and a
+    cycle through it), the CPU track importing the TPU track (across), and the JAX pipeline
+    importing PyTorch inside a function."""
     shutil.copy(REPO / "pyproject.toml", tmp_path / "pyproject.toml")
     package = tmp_path / "src" / "sdaccel"
     shutil.copytree(REPO / "src" / "sdaccel", package, ignore=shutil.ignore_patterns("__pycache__"))
-    with open(package / "checkpoint.py", "a") as f:
-        f.write("\n\ndef _shortcut():\n    from sdaccel import generate\n\n    return generate\n")
-    with open(package / "pipeline.py", "a") as f:
+    with open(package / "core" / "checkpoint.py", "a") as f:
+        f.write("\n\ndef _shortcut():\n    from sdaccel.tpu import generate\n\n    return generate\n")
+    with open(package / "cpu" / "quality.py", "a") as f:
+        f.write("\n\ndef _across():\n    from sdaccel.tpu import sharding\n\n    return sharding\n")
+    with open(package / "tpu" / "pipeline.py", "a") as f:
         f.write("\n\ndef _reference():\n    import torch\n\n    return torch\n")
     proc = lint_imports(tmp_path, pythonpath=str(tmp_path / "src"))
     out = proc.stdout
     assert proc.returncode == 1, out[-4000:] + proc.stderr[-2000:]
-    assert "Layers: each module imports only from the layers below it BROKEN" in out, out[-4000:]
-    assert "sdaccel.checkpoint -> sdaccel.generate" in out, out[-4000:]
-    assert "sdaccel.pipeline -> torch" in out, out[-4000:]
-    assert "Move the shared code into a lower module" in out, "the broken contract names the fix"
+    assert "Rooms: course -> toy -> (tpu | cpu) -> core" in out and " BROKEN" in out, out[-4000:]
+    assert "sdaccel.core.checkpoint -> sdaccel.tpu.generate" in out, out[-4000:]
+    assert "sdaccel.cpu.quality -> sdaccel.tpu.sharding" in out, out[-4000:]
+    assert "never import each other BROKEN" in out, out[-4000:]
+    assert "sdaccel.tpu.pipeline -> torch" in out, out[-4000:]
+    assert "Move the shared code into" in out, "the broken contract names the fix"
     assert "No import cycle between the modules of any package BROKEN" in out, out[-4000:]
 
 
 SCRIPT = """
 import sys
-import sdaccel.generate, sdaccel.pipeline, sdaccel.sharded, sdaccel.tpu_plan, sdaccel.tuning
-from sdaccel import text
+import sdaccel.tpu.generate, sdaccel.tpu.pipeline, sdaccel.tpu.sharded_pipeline, sdaccel.tpu.plan, sdaccel.tpu.serving
+from sdaccel.tpu import text
 
 tokenizer = text.load_tokenizer(sys.argv[1], "tokenizer")
 assert text.tokenize(tokenizer, ["a red circle"]).shape == (1, 77)

@@ -1,7 +1,7 @@
 """Few-step sampling: Euler ancestral and LCM in the pipelines, and LCM-distilled UNets.
 
 The stochastic samplers add fresh noise at every step. The pipelines draw it per image index and
-step (``sdaccel.pipeline.step_noise``); for the comparisons with diffusers, diffusers' scheduler
+step (``sdaccel.tpu.pipeline.step_noise``); for the comparisons with diffusers, diffusers' scheduler
 is handed exactly that noise (its ``randn_tensor`` is replaced), so both runs see the same
 numbers. The LCM UNet is the tiny random SDXL checkpoint with ``time_cond_proj_dim`` added to
 its config and a random ``time_embedding.cond_proj.weight``.
@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 from safetensors.numpy import load_file, save_file
 
-from sdaccel import bench
-from sdaccel.pipeline import Pipeline, image_keys, initial_noise, step_noise
+from sdaccel.tpu import compilation
+from sdaccel.tpu.pipeline import JaxPipeline, image_keys, initial_noise, step_noise
 
 torch = pytest.importorskip("torch")
 diffusers = pytest.importorskip("diffusers")
@@ -55,7 +55,7 @@ def tiny_lcm(tiny_sdxl, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def euler_a(tiny_sdxl):
-    return Pipeline.from_pretrained(tiny_sdxl, dtype=jnp.float32, scheduler="euler_a", progress=False)
+    return JaxPipeline.from_pretrained(tiny_sdxl, dtype=jnp.float32, scheduler="euler_a", progress=False)
 
 
 def _noise_as_diffusers(monkeypatch, module, seed, batch, steps):
@@ -120,8 +120,8 @@ def test_euler_ancestral_same_image_alone_or_in_a_batch(euler_a):
 
 
 def test_sharded_euler_ancestral_matches_one_device(euler_a, tiny_sdxl):
-    from sdaccel import sharding
-    from sdaccel.sharded import ShardedPipeline
+    from sdaccel.tpu import sharding
+    from sdaccel.tpu.sharded_pipeline import ShardedPipeline
 
     pipe = ShardedPipeline.from_pretrained(
         tiny_sdxl, sharding.make_mesh(4), dtype=jnp.float32, scheduler="euler_a", progress=False
@@ -135,8 +135,8 @@ def test_sharded_euler_ancestral_matches_one_device(euler_a, tiny_sdxl):
 def test_sharded_flops_count_the_guidance_embedding(tiny_lcm):
     """An LCM UNet's step also projects the guidance embedding (``cond_proj``, in_features x
     cond_dim): the sharded FLOPs count holds that matmul, and a single batch (no CFG)."""
-    from sdaccel import sharding
-    from sdaccel.sharded import ShardedPipeline
+    from sdaccel.tpu import sharding
+    from sdaccel.tpu.sharded_pipeline import ShardedPipeline
 
     pipe = ShardedPipeline.from_pretrained(tiny_lcm, sharding.make_mesh(2), dtype=jnp.float32, progress=False)
     args = pipe.inputs(PROMPTS[:2], None, 2, 1.5, SIZE, SIZE, 0)
@@ -152,7 +152,7 @@ def test_sharded_flops_count_the_guidance_embedding(tiny_lcm):
     abstract = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype), params["unet"])
     t = jax.ShapeDtypeStruct((), state.timesteps.dtype)
     inputs = (abstract, x, t, spec(cond.prompt_embeds), spec(cond.text_embeds), spec(cond.time_ids))
-    without = bench.aot_compile(pipe._unet_call, *inputs).flops
+    without = compilation.aot_compile(pipe._unet_call, *inputs).flops
     in_features = pipe.pipeline.unet_config.block_out_channels[0]
     assert with_cond - without >= 2 * in_features * COND_DIM
     assert with_cond - without < 0.01 * without
@@ -160,7 +160,7 @@ def test_sharded_flops_count_the_guidance_embedding(tiny_lcm):
 
 def test_lcm_pipeline_matches_diffusers(tiny_lcm, monkeypatch):
     """An LCM UNet: guidance as an embedding (no negative batch), LCMScheduler, 4 steps."""
-    ours = Pipeline.from_pretrained(tiny_lcm, dtype=jnp.float32, scheduler="lcm", progress=False)
+    ours = JaxPipeline.from_pretrained(tiny_lcm, dtype=jnp.float32, scheduler="lcm", progress=False)
     assert ours.guidance_embedded and type(ours.scheduler).__name__ == "LCMScheduler"
     ref = diffusers.StableDiffusionXLPipeline.from_pretrained(tiny_lcm, dtype=torch.float32)
     ref.scheduler = diffusers.LCMScheduler.from_config(ref.scheduler.config)
@@ -182,7 +182,7 @@ def test_lcm_pipeline_matches_diffusers(tiny_lcm, monkeypatch):
 
 
 def test_lcm_same_image_alone_or_in_a_batch(tiny_lcm):
-    pipe = Pipeline.from_pretrained(tiny_lcm, dtype=jnp.float32, scheduler="lcm", progress=False)
+    pipe = JaxPipeline.from_pretrained(tiny_lcm, dtype=jnp.float32, scheduler="lcm", progress=False)
     kwargs = dict(steps=2, guidance_scale=4.0, height=SIZE, width=SIZE, seed=1)
     batch = pipe.generate(PROMPTS, **kwargs).array
     assert np.isfinite(batch).all() and batch.std() > 1e-3

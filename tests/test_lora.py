@@ -1,11 +1,11 @@
-"""LoRA adapters (sdaccel.lora): reading both layouts, fusing into the JAX pipeline, parity with
+"""LoRA adapters (sdaccel.tpu.lora): reading both layouts, fusing into the JAX pipeline, parity with
 diffusers' ``load_lora_weights`` + ``fuse_lora``, unfusing, and the errors.
 
 The adapters are made here with peft on the trained tiny checkpoints (random, non-zero factors
 on the UNet's attention, feed-forward, resnet convolutions (3x3 and 1x1), embeddings and
 samplers, and on every text encoder's attention and MLP), saved with diffusers'
 ``save_lora_weights`` (the diffusers/peft layout with peft's config as metadata), and written
-again in the kohya layout by :func:`sdaccel.lora.save_kohya`, also with SDXL's SGM names.
+again in the kohya layout by :func:`sdaccel.core.lora_files.save_kohya`, also with SDXL's SGM names.
 """
 
 import jax
@@ -14,9 +14,10 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from sdaccel import lora
-from sdaccel.checkpoint import torch_key
-from sdaccel.pipeline import Pipeline, initial_noise
+from sdaccel.core import lora_files
+from sdaccel.core.checkpoint import torch_key
+from sdaccel.tpu import lora
+from sdaccel.tpu.pipeline import JaxPipeline, initial_noise
 
 torch = pytest.importorskip("torch")
 diffusers = pytest.importorskip("diffusers")
@@ -105,7 +106,7 @@ def _make_lora(kind, folder):
 @pytest.fixture(scope="module")
 def ours():
     return {
-        kind: Pipeline.from_pretrained(_checkpoint(kind), dtype=jnp.float32, progress=False)
+        kind: JaxPipeline.from_pretrained(_checkpoint(kind), dtype=jnp.float32, progress=False)
         for kind in PIPELINES
     }
 
@@ -117,11 +118,13 @@ def files(tmp_path_factory, ours):
     for kind in PIPELINES:
         folder = tmp_path_factory.mktemp(f"lora-{kind}")
         path, deltas = _make_lora(kind, folder)
-        resolved = lora.read_lora(path).resolve(lora.lora_targets(ours[kind]))
+        resolved = lora_files.read_lora(path).resolve(lora.lora_targets(ours[kind]))
         out[kind] = {"diffusers": path, "deltas": deltas}
-        out[kind]["kohya"] = lora.save_kohya(resolved, folder / "kohya.safetensors", sdxl=kind == "sdxl")
+        out[kind]["kohya"] = lora_files.save_kohya(
+            resolved, folder / "kohya.safetensors", sdxl=kind == "sdxl"
+        )
         if kind == "sdxl":
-            out[kind]["sgm"] = lora.save_kohya(
+            out[kind]["sgm"] = lora_files.save_kohya(
                 resolved,
                 folder / "sgm.safetensors",
                 sdxl=True,
@@ -146,7 +149,7 @@ def _kernels(pipe) -> dict[str, np.ndarray]:
 
 
 def test_read_diffusers_layout_matches_peft_deltas(files):
-    adapter = lora.read_lora(files["sdxl"]["diffusers"])
+    adapter = lora_files.read_lora(files["sdxl"]["diffusers"])
     assert adapter.layout == "diffusers"
     deltas = files["sdxl"]["deltas"]
     assert len(adapter) == len(deltas) > 100
@@ -167,10 +170,10 @@ def test_read_diffusers_layout_matches_peft_deltas(files):
 @pytest.mark.parametrize("layout", ["kohya", "sgm"])
 def test_kohya_layouts_resolve_to_the_diffusers_adapter(files, ours, layout):
     targets = lora.lora_targets(ours["sdxl"])
-    reference = lora.read_lora(files["sdxl"]["diffusers"]).resolve(targets)
-    adapter = lora.read_lora(files["sdxl"][layout])
+    reference = lora_files.read_lora(files["sdxl"]["diffusers"]).resolve(targets)
+    adapter = lora_files.read_lora(files["sdxl"][layout])
     assert adapter.layout == "kohya"
-    assert all(name.startswith(lora.KOHYA) for layers in adapter.layers.values() for name in layers)
+    assert all(name.startswith(lora_files.KOHYA) for layers in adapter.layers.values() for name in layers)
     resolved = adapter.resolve(targets)
     assert {c: sorted(v) for c, v in resolved.layers.items()} == {
         c: sorted(v) for c, v in reference.layers.items()
@@ -181,7 +184,7 @@ def test_kohya_layouts_resolve_to_the_diffusers_adapter(files, ours, layout):
 
 
 def test_sgm_names_of_sdxl():
-    names = lora.sgm_names(
+    names = lora_files.sgm_names(
         [
             "conv_in",
             "down_blocks.1.resnets.1.conv1",
@@ -238,7 +241,7 @@ def test_old_diffusers_names(tmp_path):
         "text_encoder.text_model.encoder.layers.0.mlp.fc1.lora_linear_layer.up.weight": up,
     }
     save_file(tensors, str(tmp_path / "old.safetensors"))
-    adapter = lora.read_lora(tmp_path / "old.safetensors")
+    adapter = lora_files.read_lora(tmp_path / "old.safetensors")
     assert sorted(adapter.layers["unet"]) == [
         "mid_block.attentions.0.proj_in",
         "mid_block.attentions.0.transformer_blocks.0.attn1.to_out.0",
@@ -345,7 +348,7 @@ def test_diffusers_reads_our_kohya_files(files, kind, layout):
 def test_two_adapters_add_up_with_their_scales(ours, files):
     pipe = ours["sdxl"]
     before = _kernels(pipe)
-    adapter = lora.read_lora(files["sdxl"]["diffusers"])
+    adapter = lora_files.read_lora(files["sdxl"]["diffusers"])
     module = "down_blocks.1.attentions.0.transformer_blocks.0.attn1.to_q"
     lora.fuse_lora(pipe, [(adapter, 0.5), (files["sdxl"]["kohya"], -0.25)])
     try:
@@ -364,7 +367,7 @@ def test_round_trip_error_bf16_vs_f32(files):
     step of the weight (each of the two roundings moves it by at most half a step of |W + delta|)."""
     errors = {}
     for dtype in (jnp.float32, jnp.bfloat16):
-        pipe = Pipeline.from_pretrained(_checkpoint("sdxl"), dtype=dtype, progress=False)
+        pipe = JaxPipeline.from_pretrained(_checkpoint("sdxl"), dtype=dtype, progress=False)
         before = _kernels(pipe)
         adapter = lora.fuse_lora(pipe, [(files["sdxl"]["diffusers"], 1.0)])[0]
         lora.unfuse_lora(pipe)
@@ -396,7 +399,7 @@ def _unchanged(pipe, before):
 def test_unknown_key_is_named_and_nothing_changes(ours, files, tmp_path):
     from safetensors.numpy import save_file
 
-    from sdaccel.checkpoint import WeightFile
+    from sdaccel.core.checkpoint import WeightFile
 
     source = WeightFile(files["sdxl"]["diffusers"])
     tensors = {k: np.array(source.get(k)) for k in source.keys()}
@@ -405,7 +408,9 @@ def test_unknown_key_is_named_and_nothing_changes(ours, files, tmp_path):
     save_file(tensors, str(tmp_path / "extra.safetensors"))
     pipe = ours["sdxl"]
     before = _kernels(pipe)
-    with pytest.raises(lora.LoraError, match=r"down_blocks\.0\.attentions\.7\.proj_in matches no module"):
+    with pytest.raises(
+        lora_files.LoraError, match=r"down_blocks\.0\.attentions\.7\.proj_in matches no module"
+    ):
         lora.fuse_lora(pipe, [(files["sdxl"]["diffusers"], 1.0), (tmp_path / "extra.safetensors", 1.0)])
     _unchanged(pipe, before)
 
@@ -414,11 +419,11 @@ def test_adapter_for_another_base_model_is_refused(ours, files):
     sdxl, sd15 = ours["sdxl"], ours["sd15"]
     before = _kernels(sdxl)
     for layout in ("diffusers", "kohya"):
-        with pytest.raises(lora.LoraError, match="made for another base model"):
+        with pytest.raises(lora_files.LoraError, match="made for another base model"):
             lora.fuse_lora(sdxl, [(files["sd15"][layout], 1.0)])
     _unchanged(sdxl, before)
     before = _kernels(sd15)
-    with pytest.raises(lora.LoraError, match="no text_encoder_2.*another base model"):
+    with pytest.raises(lora_files.LoraError, match="no text_encoder_2.*another base model"):
         lora.fuse_lora(sd15, [(files["sdxl"]["diffusers"], 1.0)])
     _unchanged(sd15, before)
 
@@ -435,7 +440,8 @@ def test_shape_mismatch_is_refused(ours, tmp_path):
         str(tmp_path / "wide.safetensors"),
     )
     with pytest.raises(
-        lora.LoraError, match=r"proj_in: the adapter updates a \(64, 48\) weight, the model's is \(64, 64\)"
+        lora_files.LoraError,
+        match=r"proj_in: the adapter updates a \(64, 48\) weight, the model's is \(64, 64\)",
     ):
         lora.fuse_lora(ours["sdxl"], [(tmp_path / "wide.safetensors", 1.0)])
 
@@ -444,26 +450,26 @@ def test_bad_inputs(ours, files, tmp_path):
     from safetensors.numpy import save_file
 
     pipe = ours["sdxl"]
-    with pytest.raises(lora.LoraError, match="finite number"):
+    with pytest.raises(lora_files.LoraError, match="finite number"):
         lora.fuse_lora(pipe, [(files["sdxl"]["diffusers"], float("nan"))])
-    with pytest.raises(lora.LoraError, match="pairs"):
+    with pytest.raises(lora_files.LoraError, match="pairs"):
         lora.fuse_lora(pipe, files["sdxl"]["diffusers"])
-    with pytest.raises(lora.LoraError, match="No LoRA file"):
-        lora.read_lora(tmp_path / "missing.safetensors")
+    with pytest.raises(lora_files.LoraError, match="No LoRA file"):
+        lora_files.read_lora(tmp_path / "missing.safetensors")
     (tmp_path / "lora.bin").write_bytes(b"\0" * 16)
-    with pytest.raises(lora.LoraError, match="safetensors only"):
-        lora.read_lora(tmp_path / "lora.bin")
+    with pytest.raises(lora_files.LoraError, match="safetensors only"):
+        lora_files.read_lora(tmp_path / "lora.bin")
     save_file(
         {"unet.conv_in.lora_magnitude_vector": np.ones(4, np.float32)}, str(tmp_path / "dora.safetensors")
     )
-    with pytest.raises(lora.LoraError, match="DoRA"):
-        lora.read_lora(tmp_path / "dora.safetensors")
+    with pytest.raises(lora_files.LoraError, match="DoRA"):
+        lora_files.read_lora(tmp_path / "dora.safetensors")
     save_file(
         {"lora_unet_conv_in.lora_down.weight": np.ones((2, 4), np.float32)},
         str(tmp_path / "half.safetensors"),
     )
-    with pytest.raises(lora.LoraError, match="needs both lora_down and lora_up"):
-        lora.read_lora(tmp_path / "half.safetensors")
+    with pytest.raises(lora_files.LoraError, match="needs both lora_down and lora_up"):
+        lora_files.read_lora(tmp_path / "half.safetensors")
     assert lora.fused_adapters(pipe) == []
 
 
@@ -542,11 +548,11 @@ def test_openvino_unet_with_fused_lora_matches_diffusers(files):
 def test_check_lora_refuses_before_export(files):
     from sdaccel.cpu.lora_export import check_lora
 
-    with pytest.raises(lora.LoraError, match="made for another base model"):
+    with pytest.raises(lora_files.LoraError, match="made for another base model"):
         check_lora(_checkpoint("sdxl"), [(files["sd15"]["kohya"], 1.0)])
-    with pytest.raises(lora.LoraError, match="no text_encoder_2"):
+    with pytest.raises(lora_files.LoraError, match="no text_encoder_2"):
         check_lora(_checkpoint("sd15"), [(files["sdxl"]["diffusers"], 1.0)])
-    with pytest.raises(lora.LoraError, match="pairs"):
+    with pytest.raises(lora_files.LoraError, match="pairs"):
         check_lora(_checkpoint("sd15"), files["sd15"]["diffusers"])
 
 
@@ -577,7 +583,7 @@ def test_genai_runtime_adapter_matches_the_fused_export(files, tmp_path):
     src = Path(_checkpoint("sd15"))
     ((adapter, _),) = check_lora(src, [(files["sd15"]["diffusers"], 1.0)])
     genai_file, dropped = save_genai_adapter(adapter, tmp_path / "genai.safetensors", sdxl=False)
-    kept = lora.read_lora(genai_file).resolve(checkpoint_targets(src))
+    kept = lora_files.read_lora(genai_file).resolve(checkpoint_targets(src))
     assert len(kept) + len(dropped) == len(adapter) and len(kept) > 10
     assert any(".conv1" in name for name in dropped) and any(
         name.startswith("text_encoder.") for name in dropped
@@ -613,8 +619,8 @@ def test_genai_runtime_adapter_matches_the_fused_export(files, tmp_path):
 def test_fuse_keeps_the_shardings_of_a_sharded_pipeline(ours, files):
     """On a 4x2 mesh with weights split over the "model" axis, fusing keeps every weight where
     it was (the compiled programs take the shardings as given) and gives the unsharded values."""
-    from sdaccel.sharded import ShardedPipeline
-    from sdaccel.sharding import make_mesh
+    from sdaccel.tpu.sharded_pipeline import ShardedPipeline
+    from sdaccel.tpu.sharding import make_mesh
 
     sharded = ShardedPipeline.from_pretrained(
         _checkpoint("sdxl"), mesh=make_mesh(4, 2), dtype=jnp.float32, min_shard_size=0, progress=False

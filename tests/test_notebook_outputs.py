@@ -11,9 +11,9 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from sdaccel import profiles
-from sdaccel.notebook import REPOSITORY_URL, SETUP_CELL
-from sdaccel.run_notebooks import (
+from sdaccel.course import run_profiles
+from sdaccel.course.notebook import REPOSITORY_URL, SETUP_CELL
+from sdaccel.course.run_notebooks import (
     BANNED_PHRASES,
     WIDGET_STATE,
     WIDGET_VIEW,
@@ -210,7 +210,7 @@ def test_the_profile_cell_follows_the_parameters_cell(nb):
     assert "parameters" in cells[1]["metadata"].get("tags", [])
     profile_cell = "".join(cells[2]["source"])
     assert f'start("{nb.stem}", globals())' in profile_cell, (
-        f"{nb.name}: the cell after the parameters cell must apply the profile (sdaccel.profiles.start)"
+        f"{nb.name}: the cell after the parameters cell must apply the profile (sdaccel.course.run_profiles.start)"
     )
 
 
@@ -218,7 +218,7 @@ def test_the_profile_cell_follows_the_parameters_cell(nb):
 def test_smoke_settings_override_existing_parameters(nb):
     cells = [c for c in json.loads(nb.read_text())["cells"] if c["cell_type"] == "code"]
     params = "".join(cells[1]["source"])
-    for key in profiles.SMOKE[nb.stem]:
+    for key in run_profiles.SMOKE[nb.stem]:
         assert re.search(rf"^{key} =", params, re.M), (
             f"smoke sets {key}, which the parameters cell does not define"
         )
@@ -276,9 +276,9 @@ def test_a_plain_kernel_picks_up_the_smoke_profile(tmp_path, monkeypatch):
 
     source = REPO / "notebooks" / "00_environment_and_devices.ipynb"
     shutil.copy(source, tmp_path / source.name)
-    for key, value in profiles.KERNEL_ENV["smoke"].items():
+    for key, value in run_profiles.KERNEL_ENV["smoke"].items():
         monkeypatch.setenv(key, value)
-    monkeypatch.setenv(profiles.CHECKPOINTS_VAR, str(REPO / "build" / "checkpoints"))
+    monkeypatch.setenv(run_profiles.CHECKPOINTS_VAR, str(REPO / "build" / "checkpoints"))
     nb = nbformat.read(tmp_path / source.name, as_version=4)
     NotebookClient(
         nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}

@@ -1,6 +1,6 @@
 """Every notebook under notebooks/ is checked for its anatomy and executed in the smoke profile.
 
-Discovery is automatic (``sdaccel.run_notebooks.discover``), so a new notebook cannot escape CI.
+Discovery is automatic (``sdaccel.course.run_notebooks.discover``), so a new notebook cannot escape CI.
 The execution tests assert on the values each notebook recorded in its ``results.json``, not only
 on "no exception": each execution starts with an empty output folder, and a key that a check reads
 but the notebook did not record fails the test, naming the key. Then nbval re-executes each
@@ -18,9 +18,15 @@ from pathlib import Path
 
 import pytest
 
-from sdaccel import whole_image
-from sdaccel.notebook import SETUP_CELL
-from sdaccel.run_notebooks import PROFILE_ENV, banned_phrases, cells_without_figures, discover, noisy_outputs
+from sdaccel.course import whole_image
+from sdaccel.course.notebook import SETUP_CELL
+from sdaccel.course.run_notebooks import (
+    PROFILE_ENV,
+    banned_phrases,
+    cells_without_figures,
+    discover,
+    noisy_outputs,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = discover()
@@ -54,7 +60,7 @@ def test_anatomy(nb):
     assert all_cells[0]["cell_type"] == "markdown" and source(all_cells[0]).startswith("# "), "title first"
     assert "You will learn" in source(all_cells[0])
     code = [c for c in all_cells if c["cell_type"] == "code"]
-    assert source(code[0]) == SETUP_CELL, "the first code cell must be sdaccel.notebook.SETUP_CELL"
+    assert source(code[0]) == SETUP_CELL, "the first code cell must be sdaccel.course.notebook.SETUP_CELL"
     tagged = [c for c in all_cells if "parameters" in c.get("metadata", {}).get("tags", [])]
     assert len(tagged) == 1, f"{nb.name} needs exactly one cell tagged 'parameters'"
     assert tagged[0] is code[1], "the parameters cell comes right after the setup cell"

@@ -8,8 +8,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from sdaccel.contract import GenerationResult, image_grid
-from sdaccel.pipeline import Pipeline, describe_unet, initial_noise, read_defaults
+from sdaccel.core.contract import GenerationResult, image_grid
+from sdaccel.tpu.pipeline import JaxPipeline, describe_unet, initial_noise, read_defaults
 
 torch = pytest.importorskip("torch")
 diffusers = pytest.importorskip("diffusers")
@@ -20,7 +20,7 @@ SIZE = 64
 
 @pytest.fixture(scope="module")
 def sdxl(tiny_sdxl):
-    return Pipeline.from_pretrained(tiny_sdxl, dtype=jnp.float32, progress=False)
+    return JaxPipeline.from_pretrained(tiny_sdxl, dtype=jnp.float32, progress=False)
 
 
 @pytest.fixture(scope="module")
@@ -98,7 +98,7 @@ def test_sdxl_bf16_close(tiny_sdxl, sdxl):
     stays float32 (force_upcast). Errors of ~1% in the noise prediction over 4 steps move pixels
     by a few hundredths here, so: max abs < 0.1 and mean abs < 0.02 on [0, 1] images, where a
     broken pipeline is off by ~0.3 (random weights give images of ~uniform noise)."""
-    bf16 = Pipeline.from_pretrained(tiny_sdxl, dtype=jnp.bfloat16, progress=False)
+    bf16 = JaxPipeline.from_pretrained(tiny_sdxl, dtype=jnp.bfloat16, progress=False)
     assert bf16.dtypes["unet"] == jnp.bfloat16 and bf16.dtypes["text"] == jnp.bfloat16
     assert bf16.dtypes["vae"] == jnp.float32
     kwargs = dict(steps=4, guidance_scale=5.0, height=SIZE, width=SIZE, seed=0)
@@ -111,7 +111,7 @@ def test_sdxl_bf16_close(tiny_sdxl, sdxl):
 def test_sd15_ddim_matches_diffusers(tiny_sd15):
     """SD 1.5 layout (one encoder, last_hidden_state, no size conditioning) with DDIM on both sides
     (the checkpoint's PNDM is not implemented; SDXL's tests cover Euler)."""
-    ours = Pipeline.from_pretrained(tiny_sd15, dtype=jnp.float32, scheduler="ddim", progress=False)
+    ours = JaxPipeline.from_pretrained(tiny_sd15, dtype=jnp.float32, scheduler="ddim", progress=False)
     ref = diffusers.StableDiffusionPipeline.from_pretrained(
         tiny_sd15, dtype=torch.float32, safety_checker=None, requires_safety_checker=False
     )
@@ -126,7 +126,7 @@ def test_sd15_ddim_matches_diffusers(tiny_sd15):
 
 def test_sd15_pndm_falls_back_with_warning(tiny_sd15):
     with pytest.warns(UserWarning, match="PNDMScheduler is not implemented.*running EulerDiscreteScheduler"):
-        pipe = Pipeline.from_pretrained(tiny_sd15, dtype=jnp.float32, progress=False)
+        pipe = JaxPipeline.from_pretrained(tiny_sd15, dtype=jnp.float32, progress=False)
     assert type(pipe.scheduler).__name__ == "EulerDiscreteScheduler"
 
 
@@ -149,7 +149,7 @@ def test_errors(sdxl, tiny_sdxl):
     with pytest.raises(ValueError, match="pass one prompt"):
         sdxl.generate([])
     with pytest.raises(ValueError, match="Unsupported dtype"):
-        Pipeline.from_pretrained(tiny_sdxl, dtype=jnp.int8)
+        JaxPipeline.from_pretrained(tiny_sdxl, dtype=jnp.int8)
 
 
 def test_describe_unet_counts_sdxl_layers():
@@ -157,7 +157,7 @@ def test_describe_unet_counts_sdxl_layers():
     import json
     from importlib import resources
 
-    from sdaccel.models.unet import UNetConfig
+    from sdaccel.tpu.models.unet import UNetConfig
 
     path = resources.files("sdaccel").joinpath("reference_configs/sdxl-base-1.0/unet.json")
     rows = describe_unet(UNetConfig.from_dict(json.loads(path.read_text())), 128, 128)

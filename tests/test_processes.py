@@ -1,4 +1,4 @@
-"""sdaccel.processes: a function run in a spawned child process, its peak memory measured, and a
+"""sdaccel.core.processes: a function run in a spawned child process, its peak memory measured, and a
 child above its memory limit stopped."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import time
 
 import numpy as np
 
-from sdaccel.processes import ChildRun, run_with_memory_limit
+from sdaccel.core.processes import ChildRun, run_with_memory_limit
 
 
 def _allocate(megabytes: int, hold_s: float = 0.0) -> int:
@@ -45,7 +45,7 @@ def test_an_exception_in_the_child_is_reported_not_raised():
 PARENT = """
 import sys, threading, time
 import psutil
-from sdaccel.processes import run_with_memory_limit
+from sdaccel.core.processes import run_with_memory_limit
 
 def report():
     me = psutil.Process()

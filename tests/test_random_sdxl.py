@@ -79,7 +79,7 @@ def _dtypes(path: Path) -> set[str]:
 
 
 def test_the_folder_has_sdxls_layout_and_its_weights_are_fp16(random_sdxl):
-    from sdaccel.tiny import SDXL_COMPONENTS
+    from sdaccel.toy.random_checkpoints import SDXL_COMPONENTS
 
     index = json.loads((random_sdxl / "model_index.json").read_text())
     assert index["_class_name"] == "StableDiffusionXLPipeline"

@@ -6,20 +6,20 @@ import json
 import nbformat
 import pytest
 
-from sdaccel import profiles, run_notebooks
-from sdaccel.run_notebooks import NotebookFailed, execute, fresh_output_dir, profile_parameters, select
+from sdaccel.course import run_notebooks, run_profiles
+from sdaccel.course.run_notebooks import NotebookFailed, execute, fresh_output_dir, profile_parameters, select
 
 #: The notebooks' own smoke settings, before the fixture below adds those of the test notebooks.
-SMOKE = dict(profiles.SMOKE)
+SMOKE = dict(run_profiles.SMOKE)
 
 
 @pytest.fixture(autouse=True)
 def smoke_settings_of_test_notebooks(monkeypatch):
-    """The smoke profile of the throw-away notebooks below (``profiles.SMOKE`` is keyed by stem)."""
-    smoke = dict(profiles.SMOKE)
+    """The smoke profile of the throw-away notebooks below (``run_profiles.SMOKE`` is keyed by stem)."""
+    smoke = dict(run_profiles.SMOKE)
     for stem in ("01_x", "01_good", "02_bad", "01_results"):
         smoke[stem] = {}
-    monkeypatch.setattr(profiles, "SMOKE", smoke)
+    monkeypatch.setattr(run_profiles, "SMOKE", smoke)
     return smoke
 
 
@@ -40,7 +40,7 @@ def test_unknown_profile_is_refused(tmp_path):
 
 
 def test_smoke_parameters_fill_the_checkpoint_folder(tmp_path, smoke_settings_of_test_notebooks):
-    from sdaccel.run_notebooks import REPO
+    from sdaccel.course.run_notebooks import REPO
 
     smoke = {"MODEL_ID": "{checkpoints}/tiny-sdxl", "STEPS": 2, "OTHER": "{repo}/checkpoints/x"}
     smoke_settings_of_test_notebooks["01_x"] = smoke
@@ -57,42 +57,42 @@ def test_smoke_parameters_fill_the_checkpoint_folder(tmp_path, smoke_settings_of
 
 
 def test_every_notebook_has_smoke_settings_and_only_there():
-    """One source: sdaccel.profiles.SMOKE, not the notebooks' metadata."""
+    """One source: sdaccel.course.run_profiles.SMOKE, not the notebooks' metadata."""
     stems = [nb.stem for nb in run_notebooks.discover()]
     assert sorted(SMOKE) == sorted(stems)
     for nb in run_notebooks.discover():
         assert "profiles" not in json.loads(nb.read_text())["metadata"].get("sdaccel", {}), (
-            f"{nb.name} keeps smoke settings in its metadata: they live in sdaccel/profiles.py"
+            f"{nb.name} keeps smoke settings in its metadata: they live in sdaccel/course/run_profiles.py"
         )
 
 
 def test_the_active_profile_comes_from_the_environment():
-    assert profiles.active_profile({}) == "full"
-    assert profiles.active_profile({"SDACCEL_PROFILE": "smoke"}) == "smoke"
+    assert run_profiles.active_profile({}) == "full"
+    assert run_profiles.active_profile({"SDACCEL_PROFILE": "smoke"}) == "smoke"
     with pytest.raises(ValueError, match=r"Unknown profile 'fast'.*SDACCEL_PROFILE=smoke"):
-        profiles.active_profile({"SDACCEL_PROFILE": "fast"})
-    smoke = profiles.KERNEL_ENV["smoke"]
+        run_profiles.active_profile({"SDACCEL_PROFILE": "fast"})
+    smoke = run_profiles.KERNEL_ENV["smoke"]
     assert smoke["SDACCEL_PROFILE"] == "smoke" and smoke["JAX_PLATFORMS"] == "cpu"
     assert "agg" not in smoke["MPLBACKEND"], "agg leaves every plt.show() without an output"
 
 
 def test_devices_are_described_without_starting_jax():
-    line = profiles.describe_devices(profiles.KERNEL_ENV["smoke"])
+    line = run_profiles.describe_devices(run_profiles.KERNEL_ENV["smoke"])
     assert line.startswith("JAX on the CPU with 8 simulated device(s); CPU: ")
-    assert profiles.describe_devices({"JAX_PLATFORMS": "cpu"}).startswith("JAX on the CPU with 1 ")
+    assert run_profiles.describe_devices({"JAX_PLATFORMS": "cpu"}).startswith("JAX on the CPU with 1 ")
 
 
 def test_start_applies_the_same_values_as_papermill(monkeypatch, capsys, tmp_path):
     monkeypatch.setenv("SDACCEL_PROFILE", "smoke")
     monkeypatch.setenv("SDACCEL_CHECKPOINTS", str(tmp_path))
     namespace = {"MODEL_ID": "stabilityai/stable-diffusion-xl-base-1.0", "STEPS": 20, "SEED": 0}
-    started = profiles.start("01_sdxl_in_jax", namespace)
-    expected = profiles.overrides("01_sdxl_in_jax", "smoke", tmp_path)
+    started = run_profiles.start("01_sdxl_in_jax", namespace)
+    expected = run_profiles.overrides("01_sdxl_in_jax", "smoke", tmp_path)
     assert started.overrides == expected and started.profile == "smoke"
-    assert namespace["MODEL_ID"] == f"{profiles.REPO}/checkpoints/tiny-shapes-sdxl"
+    assert namespace["MODEL_ID"] == f"{run_profiles.REPO}/checkpoints/tiny-shapes-sdxl"
     assert namespace["HEIGHT"] == 32 and namespace["SEED"] == 0, "only the profile's keys change"
     again = dict(namespace)
-    profiles.start("01_sdxl_in_jax", again)  # after papermill's injection: nothing changes
+    run_profiles.start("01_sdxl_in_jax", again)  # after papermill's injection: nothing changes
     assert again == namespace
     out = capsys.readouterr().out
     assert out.startswith("Profile smoke: 12 settings swapped for the 1 M-parameter tiny-shapes checkpoints.")
@@ -100,7 +100,7 @@ def test_start_applies_the_same_values_as_papermill(monkeypatch, capsys, tmp_pat
 
     monkeypatch.delenv("SDACCEL_PROFILE")
     untouched = {"MODEL_ID": "stabilityai/stable-diffusion-xl-base-1.0"}
-    assert profiles.start("01_sdxl_in_jax", untouched).overrides == {}
+    assert run_profiles.start("01_sdxl_in_jax", untouched).overrides == {}
     assert untouched == {"MODEL_ID": "stabilityai/stable-diffusion-xl-base-1.0"}
     assert capsys.readouterr().out.startswith("Profile full: the parameters cell as written")
 
@@ -109,7 +109,7 @@ def test_quiet_drops_only_the_known_messages(monkeypatch, caplog):
     import logging
     import warnings
 
-    from sdaccel.notebook import quiet
+    from sdaccel.course.notebook import quiet
 
     monkeypatch.setenv("FORCE_COLOR", "1")  # what ipykernel sets, and children inherit
     quiet()
@@ -192,7 +192,9 @@ def test_a_stale_key_does_not_survive_a_run(tmp_path):
     def notebook_writing(key):
         return make_notebook(
             tmp_path / "01_results.ipynb",
-            [f"from sdaccel.notebook import Results\nresults = Results(OUTPUT_DIR)\nresults[{key!r}] = 1"],
+            [
+                f"from sdaccel.course.notebook import Results\nresults = Results(OUTPUT_DIR)\nresults[{key!r}] = 1"
+            ],
         )
 
     build = tmp_path / "build"
@@ -205,14 +207,14 @@ def test_a_stale_key_does_not_survive_a_run(tmp_path):
 
 
 def test_make_lab_starts_jupyter_with_the_smoke_kernel_environment():
-    argv, environ = profiles.lab_command("smoke", ["--no-browser"], environ={"PATH": "/usr/bin"})
-    assert argv[1:] == ["lab", "--no-browser", str(profiles.REPO / "notebooks")]
+    argv, environ = run_profiles.lab_command("smoke", ["--no-browser"], environ={"PATH": "/usr/bin"})
+    assert argv[1:] == ["lab", "--no-browser", str(run_profiles.REPO / "notebooks")]
     assert argv[0].endswith("jupyter")
     assert environ["SDACCEL_PROFILE"] == "smoke" and environ["JAX_PLATFORMS"] == "cpu"
     assert environ["XLA_FLAGS"] == "--xla_force_host_platform_device_count=8"
     assert environ["PATH"] == "/usr/bin", "the rest of the environment is kept"
     with pytest.raises(ValueError, match="Unknown profile"):
-        profiles.lab_command("fast", [])
+        run_profiles.lab_command("fast", [])
 
 
 def test_a_busy_tpu_error_comes_with_the_fix():
@@ -220,7 +222,9 @@ def test_a_busy_tpu_error_comes_with_the_fix():
         "Unable to initialize backend 'tpu': ABORTED: The TPU is already in use by process with pid 4242. "
         "Not attempting to load libtpu.so in this process."
     )
-    assert profiles.tpu_busy_hint(busy).startswith("Only one process at a time can hold a TPU VM's chips")
-    assert "Kernel > Shut Down Kernel" in profiles.tpu_busy_hint(busy)
-    assert profiles.tpu_busy_hint(RuntimeError("open(/dev/vfio/0): Device or resource busy")) is not None
-    assert profiles.tpu_busy_hint(RuntimeError("Unable to initialize backend 'tpu': no TPU found")) is None
+    assert run_profiles.tpu_busy_hint(busy).startswith("Only one process at a time can hold a TPU VM's chips")
+    assert "Kernel > Shut Down Kernel" in run_profiles.tpu_busy_hint(busy)
+    assert run_profiles.tpu_busy_hint(RuntimeError("open(/dev/vfio/0): Device or resource busy")) is not None
+    assert (
+        run_profiles.tpu_busy_hint(RuntimeError("Unable to initialize backend 'tpu': no TPU found")) is None
+    )

@@ -15,7 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from sdaccel import schedulers
+from sdaccel.tpu import schedulers
 
 torch = pytest.importorskip("torch")
 diffusers = pytest.importorskip("diffusers")
@@ -24,7 +24,7 @@ pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
 SPACINGS = ["leading", "trailing", "linspace"]
 PREDICTIONS = ["epsilon", "v_prediction"]
-REFERENCE = Path(schedulers.__file__).parent / "reference_configs"
+REFERENCE = Path(schedulers.__file__).parents[1] / "reference_configs"
 
 
 def _euler_config(spacing, prediction, **extra):

@@ -1,5 +1,5 @@
 """The mesh, the sharding rules and data parallelism, on a small stand-in NNX model, and the
-sharded pipeline (sdaccel.sharded) on the tiny SDXL checkpoint.
+sharded pipeline (sdaccel.tpu.sharded_pipeline) on the tiny SDXL checkpoint.
 
 The stand-in has what matters for the rules: convs, a big linear kernel, norms and biases, and a
 denoise-like loop over noise drawn per example with ``fold_in``. Multi-device cases need the CPU
@@ -23,10 +23,10 @@ from flax import nnx
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from sdaccel import bench
-from sdaccel import sharding as sh
-from sdaccel.pipeline import initial_noise
-from sdaccel.sharded import ShardedPipeline
+from sdaccel.tpu import compilation
+from sdaccel.tpu import sharding as sh
+from sdaccel.tpu.pipeline import initial_noise
+from sdaccel.tpu.sharded_pipeline import ShardedPipeline
 
 
 def needs(n: int):
@@ -257,7 +257,7 @@ def test_sharded_flops_count_every_unet_step(tiny_sdxl):
 
     abstract = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype), params["unet"])
     t = jax.ShapeDtypeStruct((), state.timesteps.dtype)
-    whole = bench.aot_compile(
+    whole = compilation.aot_compile(
         pipe._unet_call, abstract, jax.ShapeDtypeStruct((8, *noise.shape[1:]), noise.dtype), t, spec(cond.prompt_embeds), spec(cond.text_embeds),
         spec(cond.time_ids),
     ).flops  # fmt: skip

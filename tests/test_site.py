@@ -24,8 +24,8 @@ from urllib.parse import unquote, urlsplit
 
 import pytest
 
-from sdaccel import site
-from sdaccel.run_notebooks import REPO, discover
+from sdaccel.course import docs_site
+from sdaccel.course.run_notebooks import REPO, discover
 
 NOTEBOOKS = discover()
 OWN_BUILD = REPO / "build" / "site-test"
@@ -46,7 +46,7 @@ def fake_executed(tmp_path: Path) -> Path:
 
 def test_stage_lays_out_the_repository(tmp_path):
     staging = tmp_path / "src"
-    docs = site.stage(fake_executed(tmp_path), staging)
+    docs = docs_site.stage(fake_executed(tmp_path), staging)
     assert docs == [f"notebooks/{nb.stem}" for nb in NOTEBOOKS]
     index = (staging / "index.md").read_text()
     assert index.startswith(
@@ -67,16 +67,16 @@ def test_stage_lays_out_the_repository(tmp_path):
 def test_stage_refuses_missing_or_failed_notebooks(tmp_path):
     executed = fake_executed(tmp_path)
     (executed / NOTEBOOKS[-1].name).unlink()
-    with pytest.raises(site.SiteError, match=NOTEBOOKS[-1].name):
-        site.stage(executed, tmp_path / "src")
+    with pytest.raises(docs_site.SiteError, match=NOTEBOOKS[-1].name):
+        docs_site.stage(executed, tmp_path / "src")
     assert not (tmp_path / "src").exists()  # nothing written
     shutil.copy2(NOTEBOOKS[-1], executed / NOTEBOOKS[-1].name)
     nb = json.loads((executed / NOTEBOOKS[0].name).read_text())
     code = next(c for c in nb["cells"] if c["cell_type"] == "code")
     code["outputs"] = [{"output_type": "error", "ename": "ValueError", "evalue": "boom", "traceback": []}]
     (executed / NOTEBOOKS[0].name).write_text(json.dumps(nb))
-    with pytest.raises(site.SiteError, match="ValueError: boom"):
-        site.stage(executed, tmp_path / "src")
+    with pytest.raises(docs_site.SiteError, match="ValueError: boom"):
+        docs_site.stage(executed, tmp_path / "src")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -263,7 +263,7 @@ def figure_count(notebook: Path) -> int:
 @pytest.mark.xdist_group("notebooks")
 def test_site_builds_and_renders_in_chromium(executed_dir):
     out = OWN_BUILD / "docs"
-    built = site.build(executed_dir, out)
+    built = docs_site.build(executed_dir, out)
     root = built.html
     print(f"site built in {built.seconds:.1f} s with {len(built.warnings)} warnings")
     serious = [

@@ -12,19 +12,14 @@ from flax import nnx
 
 diffusers = pytest.importorskip("diffusers")
 
-from sdaccel.checkpoint import (  # noqa: E402
-    CheckpointError,
-    abstract_model,
-    count_params,
-    resolve_tiny_vae,
-    torch_key,
-)
-from sdaccel.models.taesd import (  # noqa: E402
+from sdaccel.core.checkpoint import CheckpointError, resolve_tiny_vae, torch_key  # noqa: E402
+from sdaccel.tpu.models.taesd import (  # noqa: E402
     AutoencoderTiny,
     TinyVAEConfig,
     load_tiny_vae,
     save_random_tiny_vae,
 )
+from sdaccel.tpu.models.weights import abstract_model, count_params  # noqa: E402
 
 # Shrunk TAESD: same structure, three levels (4x, the scale of the tiny shapes checkpoints),
 # different widths for encoder and decoder, SiLU instead of ReLU.
@@ -267,13 +262,13 @@ def offline_hub(monkeypatch, folders: dict):
 
 
 def test_jax_pipeline_with_tiny_vae_matches_diffusers(tiny_sd15, tiny_folder, tiny_torch, monkeypatch):
-    """``vae="tiny"`` swaps the VAE module: Pipeline reads the scaling (1.0) and the scale factor
+    """``vae="tiny"`` swaps the VAE module: JaxPipeline reads the scaling (1.0) and the scale factor
     from the VAE it is given, and gives the images diffusers gives with ``pipe.vae = AutoencoderTiny``."""
-    from sdaccel.pipeline import Pipeline
+    from sdaccel.tpu.pipeline import JaxPipeline
 
-    base = Pipeline.from_pretrained(tiny_sd15, dtype=jnp.float32, scheduler="ddim", progress=False)
+    base = JaxPipeline.from_pretrained(tiny_sd15, dtype=jnp.float32, scheduler="ddim", progress=False)
     asked = offline_hub(monkeypatch, {"madebyollin/taesd": tiny_folder.parent})
-    pipe = Pipeline.from_pretrained(
+    pipe = JaxPipeline.from_pretrained(
         tiny_sd15, dtype=jnp.float32, scheduler="ddim", progress=False, vae="tiny"
     )
     assert [repo for repo, _ in asked] == ["madebyollin/taesd"]

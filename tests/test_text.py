@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from sdaccel import text
+from sdaccel.tpu import text
 
 torch = pytest.importorskip("torch")
 diffusers = pytest.importorskip("diffusers")

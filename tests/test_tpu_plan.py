@@ -2,7 +2,7 @@
 compile-only devices): it compiles, the Pallas splash kernels are in the program, a data-only mesh
 communicates nothing, a ``"model"`` axis does, and each chip holds the weights the rules give it.
 
-Uses ``python -m sdaccel.tpu_plan --config tiny`` (SDXL's layout, tiny): each compile takes about a
+Uses ``python -m sdaccel.tpu.plan --config tiny`` (SDXL's layout, tiny): each compile takes about a
 minute of one core; the two programs are compiled once for the module.
 """
 
@@ -19,8 +19,10 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from sdaccel import sharding, tpu_compile, tpu_plan
-from sdaccel.models import attention
+from sdaccel.tpu import plan as tpu_plan
+from sdaccel.tpu import sharding
+from sdaccel.tpu import topology as tpu_topology
+from sdaccel.tpu.models import attention
 
 # what this module compiles for compile-only TPU devices cannot be read back from JAX's cache
 pytestmark = pytest.mark.usefixtures("without_compilation_cache")
@@ -71,10 +73,10 @@ def test_libtpu_leaves_the_cpu_the_default_backend():
 
 
 def test_compile_only_tpu_devices_beside_the_cpu():
-    tpu_compile.tpu_devices("v5e-4")
+    tpu_topology.tpu_devices("v5e-4")
     assert jax.default_backend() == "cpu"
-    assert [d.platform for d in tpu_compile.tpu_devices("v5e-4")] == ["tpu"] * 4
-    assert tpu_compile.tpu_devices("v5e-4")[0].device_kind == "TPU v5 lite"
+    assert [d.platform for d in tpu_topology.tpu_devices("v5e-4")] == ["tpu"] * 4
+    assert tpu_topology.tpu_devices("v5e-4")[0].device_kind == "TPU v5 lite"
 
 
 def test_data_mesh_compiles_with_splash_and_no_collectives(compiled):
@@ -83,7 +85,7 @@ def test_data_mesh_compiles_with_splash_and_no_collectives(compiled):
     assert row["attention_in_models"] == ["splash"]
     # 3 UNet self-attentions and the VAE's; the 32-token mid-block and the 77-token cross-attention stay XLA.
     assert row["pallas_calls"] == 4
-    assert tpu_compile.pallas_calls(program.as_text()) == 4
+    assert tpu_topology.pallas_calls(program.as_text()) == 4
     assert row["collectives"] == {}
     assert row["flops"]["splash_attention_in_program"] == expected_splash_flops(4)
     assert row["fits"] and row["hbm_bytes"]["peak"] < 2**30
@@ -109,7 +111,7 @@ def test_compiled_cost_analysis_counts_flops_on_tpu(compiled):
     """``Lowered.cost_analysis()`` is None for TPU (so ``ShardedPipeline.flops`` must ask the
     compiled program); ``Compiled.cost_analysis()`` counts, per chip."""
     row, program = compiled["auto"]
-    per_chip = tpu_compile.flops(program)
+    per_chip = tpu_topology.flops(program)
     assert per_chip == row["flops"]["program_as_counted_per_chip"]
     mesh = tpu_plan.make_mesh("v5e-4", "auto")
     pipe = tpu_plan.abstract_pipeline("tiny", jnp.bfloat16, "splash", mesh=mesh)
@@ -152,7 +154,7 @@ def test_tiny_config_builds_sdxl_layout():
 
 def test_report_and_files(compiled, tmp_path):
     row, _ = compiled["auto"]
-    md = tpu_plan.markdown([row], "python -m sdaccel.tpu_plan --config tiny")
+    md = tpu_plan.markdown([row], "python -m sdaccel.tpu.plan --config tiny")
     assert md.count("\n| v5e-4 | 4 | splash | 1 |") == 1
     assert len(tpu_plan.table_row(row)) == len(tpu_plan.COLUMNS)
     path = tmp_path / "plan.json"
@@ -209,7 +211,7 @@ def test_nnx_graphdef_keeps_the_choice():
 
 def test_vae_decode_one_image_per_step_same_images_less_memory():
     """The lever for a batch whose VAE decode does not fit: the same images, the temporaries of one."""
-    from sdaccel.models.vae import AutoencoderKL, VAEConfig
+    from sdaccel.tpu.models.vae import AutoencoderKL, VAEConfig
 
     build = nnx.jit(lambda config: AutoencoderKL(config, rngs=nnx.Rngs(0)), static_argnums=0)
     vae = build(VAEConfig.from_dict(tpu_plan._tiny_configs()["vae"]))  # one program, not one per weight
@@ -330,14 +332,14 @@ def test_config_source_of_a_local_checkpoint(tmp_path):
 
 def test_without_libtpu_the_error_names_the_install(monkeypatch):
     monkeypatch.setitem(sys.modules, "libtpu", None)  # import libtpu raises ImportError
-    with pytest.raises(tpu_compile.CompilerMissing, match="pip install"):
-        tpu_compile.tpu_devices.__wrapped__("v5e-1")
+    with pytest.raises(tpu_topology.CompilerMissing, match="pip install"):
+        tpu_topology.tpu_devices.__wrapped__("v5e-1")
 
 
 def test_compiling_for_tpu_off_cloud_prints_nothing():
     """libtpu warns on stderr when it cannot ask the cloud metadata server; the notebooks show
     stderr, so ``tpu_devices`` gives it what it would have asked for."""
-    code = "from sdaccel import tpu_compile; print(len(tpu_compile.tpu_devices('v5e-4')))"
+    code = "from sdaccel import tpu_compile; print(len(tpu_topology.tpu_devices('v5e-4')))"
     env = {k: v for k, v in os.environ.items() if not k.startswith("TPU_")}
     env["JAX_PLATFORMS"] = "cpu"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)

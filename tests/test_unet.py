@@ -1,4 +1,4 @@
-"""Parity of sdaccel.models.unet with diffusers' UNet2DConditionModel.
+"""Parity of sdaccel.tpu.models.unet with diffusers' UNet2DConditionModel.
 
 Each test builds a tiny diffusers UNet from a config dict with a fixed seed, saves it as
 safetensors, loads it with ``load_unet`` and compares outputs on the same inputs (NCHW <-> NHWC).
@@ -19,14 +19,15 @@ from diffusers import UNet2DConditionModel as TorchUNet
 from flax import nnx
 from safetensors.torch import load_file, save_file
 
-from sdaccel.checkpoint import CheckpointError, count_params
-from sdaccel.models.unet import (
+from sdaccel.core.checkpoint import CheckpointError
+from sdaccel.tpu.models.unet import (
     UNetConfig,
     abstract_unet,
     guidance_scale_embedding,
     load_unet,
     upsample_nearest,
 )
+from sdaccel.tpu.models.weights import count_params
 
 POOLED_DIM = 16
 

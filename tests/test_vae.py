@@ -1,4 +1,4 @@
-"""Parity of sdaccel.models.vae with diffusers' AutoencoderKL (encoder and decoder, NHWC vs NCHW)."""
+"""Parity of sdaccel.tpu.models.vae with diffusers' AutoencoderKL (encoder and decoder, NHWC vs NCHW)."""
 
 import json
 import warnings
@@ -13,7 +13,7 @@ from safetensors.numpy import load_file, save_file
 
 diffusers = pytest.importorskip("diffusers")
 
-from sdaccel.models.vae import VAEConfig, load_vae  # noqa: E402
+from sdaccel.tpu.models.vae import VAEConfig, load_vae  # noqa: E402
 
 # SDXL's VAE shrunk to two levels: same block types, groups, act, latent channels and upcast flag.
 SDXL_LIKE = dict(

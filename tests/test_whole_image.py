@@ -1,4 +1,4 @@
-"""sdaccel.whole_image: timing whole images, composing them from parts, the TPU floor."""
+"""sdaccel.course.whole_image: timing whole images, composing them from parts, the TPU floor."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from sdaccel import whole_image
-from sdaccel.contract import GenerationResult
+from sdaccel.core.contract import GenerationResult
+from sdaccel.course import whole_image
 
 ROOT = Path(__file__).resolve().parents[1]
 PLANS = sorted((ROOT / "benchmarks" / "results").glob("tpu_plan_*.json"))

@@ -1,4 +1,4 @@
-"""sdaccel.whole_image's table of a bench_whole_image.py JSON: the rows notebook 06 opens with."""
+"""sdaccel.course.whole_image's table of a bench_whole_image.py JSON: the rows notebook 06 opens with."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from sdaccel import whole_image
+from sdaccel.course import whole_image
 
 ROOT = Path(__file__).resolve().parents[1]
 COMMITTED = ROOT / "benchmarks" / "results" / "whole_image_sd15.json"
@@ -273,7 +273,7 @@ def test_the_committed_results_read(name):
 def test_the_benchmark_script_uses_this_table():
     # one table code: the script imports it instead of keeping its own copy
     source = (ROOT / "benchmarks" / "bench_whole_image.py").read_text()
-    assert "from sdaccel.whole_image import ROWS, format_table" in source
+    assert "from sdaccel.course.whole_image import ROWS, format_table" in source
     assert "def format_table" not in source
     assert whole_image.ROWS[0] == whole_image.BASELINE  # the baseline leads every table
 

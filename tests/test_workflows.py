@@ -17,7 +17,7 @@ from dockerfile_parse import DockerfileParser
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-from sdaccel.doctor import parse_pins
+from sdaccel.course.doctor import parse_pins
 
 REPO = Path(__file__).resolve().parents[1]
 WORKFLOWS = sorted((REPO / ".github" / "workflows").glob("*.yml"))
@@ -93,7 +93,9 @@ def test_ci_builds_the_docs_from_the_tested_notebooks_and_publishes_from_main():
     test = ci["jobs"]["test"]
     assert "make docs DOCS_FROM=build/test/smoke" in runs(test)
     make = (REPO / "Makefile").read_text()
-    assert re.search(r"^docs: setup\n\t\$\(PY\) -m sdaccel.site --from \$\(DOCS_FROM\)", make, re.M)
+    assert re.search(
+        r"^docs: setup\n\t\$\(PY\) -m sdaccel.course.docs_site --from \$\(DOCS_FROM\)", make, re.M
+    )
     # where the notebook tests execute the notebooks (conftest's NOTEBOOK_BUILD, then the profile)
     assert 'NOTEBOOK_BUILD = REPO / "build" / "test"' in (REPO / "tests" / "conftest.py").read_text()
     (pages_artifact,) = uses(test, "actions/upload-pages-artifact")
@@ -178,9 +180,9 @@ def test_dockerfile_copies_what_it_installs_before_installing_it():
 
 def test_dockerfile_runs_the_manifests_entry_point():
     (cmd,) = [v for k, v in instructions() if k == "CMD"]
-    assert json.loads(cmd)[:3] == ["python", "-m", "sdaccel.generate"]
+    assert json.loads(cmd)[:3] == ["python", "-m", "sdaccel.tpu.generate"]
     for path in (REPO / "deploy" / "gke").glob("*.yaml"):
-        assert 'command: ["python", "-m", "sdaccel.generate"]' in path.read_text()
+        assert 'command: ["python", "-m", "sdaccel.tpu.generate"]' in path.read_text()
 
 
 def test_deploy_readme_points_at_the_dockerfile():

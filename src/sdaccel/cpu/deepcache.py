@@ -60,18 +60,14 @@ The full IR calibrates on the UNet's captured inputs as they are. The shallow IR
 the sample's own step stands in for the last full step before it, a close proxy since cached
 features are the ones that change little from step to step.
 
-Run ``python -m sdaccel.cpu.deepcache --checkpoint checkpoints/tiny-shapes-sdxl`` for the quality
+Run ``python -m sdaccel.toy.deepcache_quality --checkpoint checkpoints/tiny-shapes-sdxl`` for the quality
 measurement (:func:`measure`).
 """
 
 from __future__ import annotations
 
-import argparse
 import functools
-import json
 import os
-import statistics
-import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -79,7 +75,8 @@ from pathlib import Path
 
 import numpy as np
 
-from sdaccel.checkpoint import CheckpointError, read_config, read_json, resolve_checkpoint
+from sdaccel.core.checkpoint import CheckpointError, read_config, read_json, resolve_checkpoint
+from sdaccel.core.staging import check_writable, replace_json, staged_folder
 from sdaccel.cpu.export import MANIFEST as EXPORT_MANIFEST
 from sdaccel.cpu.export import (
     MODEL_XML,
@@ -92,7 +89,6 @@ from sdaccel.cpu.export import (
     trace_to_ov,
     unet_example,
 )
-from sdaccel.staging import check_writable, replace_json, staged_folder
 
 #: The folder inside an export folder that holds the two IRs, and their sub-folders.
 FOLDER = "unet_deepcache"
@@ -466,199 +462,3 @@ def quantize_deepcache(
 # ----------------------------------------------------------------------------------------------
 # The quality measurement
 # ----------------------------------------------------------------------------------------------
-
-
-def measure(
-    checkpoint: str | os.PathLike,
-    workdir: str | os.PathLike | None = None,
-    *,
-    num_prompts: int = 48,
-    steps: int = 20,
-    guidance_scale: float = 6.0,
-    size: int = 32,
-    intervals=(2, 3, 5),
-    int8_intervals=(2, 3),
-    calibration_prompts: int = 16,
-    calibration_samples: int = 100,
-    grid_columns: int = 8,
-    progress: bool = True,
-) -> dict:
-    """What DeepCache costs on a trained ``sdaccel.shapes`` checkpoint, f32 and full INT8.
-
-    ``num_prompts`` held-out prompts (image ``i`` seeded with ``i``) are generated with: f32
-    without cache; f32 with DeepCache at each of ``intervals``; full INT8 without cache; full INT8
-    with DeepCache at each of ``int8_intervals`` (the plain UNet and the two DeepCache IRs are each
-    quantized on the same calibration data). Every pipeline is compiled with
-    ``INFERENCE_PRECISION_HINT=f32``, so the only differences are the cache and INT8. Per
-    configuration: the prompt adherence (:func:`sdaccel.shapes.adherence`), PSNR/SSIM against the
-    f32 uncached images, UNet calls per image (full / shallow) and the median seconds per image
-    (whole pipeline, and the UNet alone).
-
-    INT8 calibration uses ``calibration_prompts`` prompts of the *training* split (never the
-    held-out ones), ``calibration_samples`` UNet inputs spread over them and the steps. Exports,
-    calibration data and quantized IRs go to ``workdir`` (default ``build/deepcache/<name>``);
-    a comparison grid of the first ``grid_columns`` prompts is saved there as ``grid.png``.
-    """
-    from tqdm.auto import tqdm
-
-    from sdaccel import shapes
-    from sdaccel.cpu.export import export_pipeline, text_to_image_components
-    from sdaccel.cpu.pipeline import OVPipeline
-    from sdaccel.cpu.quality import comparison_grid, paired_summary
-    from sdaccel.cpu.quantize import calibrate_on_training_captions, quantize_ir
-
-    src = resolve_checkpoint(checkpoint)
-    work = Path(workdir) if workdir else Path("build/deepcache") / src.name
-    export = export_pipeline(
-        src, work / "export", components=text_to_image_components(src), progress=progress
-    )
-    deep = export_deepcache(src, export)
-    call = {"steps": steps, "guidance_scale": guidance_scale, "height": size, "width": size}
-
-    f32 = OVPipeline.from_pretrained(export, precision="f32")
-    tick = time.perf_counter()
-    calibration = calibrate_on_training_captions(
-        f32,
-        work / "calibration",
-        steps,
-        guidance_scale,
-        size,
-        prompts=calibration_prompts,
-        samples=calibration_samples,
-        progress=progress,
-    )
-    plain_int8 = work / "unet_full_int8" / MODEL_XML
-    quantize_ir(export / "unet" / MODEL_XML, plain_int8, "full_int8", calibration.folder, calibration_samples)
-    deep_int8 = work / f"{FOLDER}_full_int8"
-    quantize_deepcache(deep, deep_int8, calibration, subset_size=calibration_samples)
-    quantize_s = time.perf_counter() - tick
-    int8 = OVPipeline.from_pretrained(export, precision="f32")
-    int8.replace_unet(plain_int8)
-
-    configs = {"f32": (f32, None)}
-    parts = compile_parts(deep, f32)
-    configs |= {f"f32+deepcache(N={n})": (f32, DeepCache(*parts, interval=n)) for n in intervals}
-    configs["full_int8"] = (int8, None)
-    parts = compile_parts(deep_int8, int8)
-    configs |= {f"full_int8+deepcache(N={n})": (int8, DeepCache(*parts, interval=n)) for n in int8_intervals}
-
-    prompts = shapes.heldout_prompts(num_prompts)
-    rows, images = {}, {}
-    for name, (pipe, cache) in configs.items():
-        outs = [
-            pipe([prompt], seed=i, deepcache=cache, **call)
-            for i, prompt in enumerate(tqdm(prompts, desc=name, disable=not progress))
-        ]
-        images[name] = [out.images[0] for out in outs]
-        unet_calls = sum(len(out.timings["unet_steps"]) for out in outs)
-        full_calls = unet_calls if cache is None else cache.calls["full"]
-        row = {
-            "interval": cache.interval if cache else None,
-            "int8": name.startswith("full_int8"),
-            "adherence": shapes.adherence(images[name], prompts),
-            "unet_calls_per_image": {
-                "full": full_calls / num_prompts,
-                "shallow": (unet_calls - full_calls) / num_prompts,
-            },
-            "s_per_image": statistics.median(out.timings["run_s"] for out in outs),
-            "unet_s_per_image": statistics.median(sum(out.timings["unet_steps"]) for out in outs),
-        }
-        if name != "f32":
-            row.update(paired_summary(images["f32"], images[name]))
-        rows[name] = row
-
-    captions = {
-        name: f"score {row['adherence']['score']:.2f}"
-        + (f"\nSSIM {row['ssim_mean']:.3f}" if "ssim_mean" in row else "")
-        for name, row in rows.items()
-    }
-    grid = comparison_grid(
-        {k: v[:grid_columns] for k, v in images.items()}, captions, cell=96, label_width=190
-    )
-    grid.save(work / "grid.png")
-    return {
-        "checkpoint": str(src),
-        "unet": {
-            k: read_config(src, "unet")[k]
-            for k in ("block_out_channels", "down_block_types", "up_block_types")
-        },
-        "settings": {
-            "num_prompts": num_prompts,
-            "prompts": "sdaccel.shapes.heldout_prompts(num_prompts), image i seeded with i",
-            **call,
-            "precision": "f32 (INFERENCE_PRECISION_HINT) everywhere; INT8 layers run in INT8",
-            "calibration_prompts": calibration_prompts,
-            "calibration_samples": calibration_samples,
-        },
-        "quantize_s": quantize_s,
-        "grid": str(work / "grid.png"),
-        "rows": rows,
-    }
-
-
-def format_table(result: dict) -> str:
-    """The rows of :func:`measure` as a text table."""
-    lines = [
-        f"{'configuration':26} {'score':>6} {'colour':>6} {'shape':>6} {'PSNR dB':>8} {'SSIM':>6} "
-        f"{'full':>5} {'shallow':>7} {'s/image':>8} {'UNet s':>7}"
-    ]
-    for name, row in result["rows"].items():
-        a, calls = row["adherence"], row["unet_calls_per_image"]
-        psnr = "-" if row.get("psnr_mean") is None else f"{row['psnr_mean']:.1f}"
-        ssim = "-" if "ssim_mean" not in row else f"{row['ssim_mean']:.3f}"
-        lines.append(
-            f"{name:26} {a['score']:6.3f} {a['colour']:6.3f} {a['shape']:6.3f} {psnr:>8} {ssim:>6} "
-            f"{calls['full']:5.1f} {calls['shallow']:7.1f} {row['s_per_image']:8.4f} {row['unet_s_per_image']:7.4f}"
-        )
-    return "\n".join(lines)
-
-
-def main(argv=None) -> dict:
-    parser = argparse.ArgumentParser(
-        description="DeepCache's quality cost on a trained sdaccel.shapes checkpoint (f32 and full INT8). "
-        "Tiny-model timings do not transfer to real model sizes."
-    )
-    parser.add_argument("--checkpoint", required=True, help="e.g. checkpoints/tiny-shapes-sd15")
-    parser.add_argument("--out", default="build/deepcache.json", help="JSON, one entry per checkpoint")
-    parser.add_argument("--workdir", default=None, help="default build/deepcache/<checkpoint name>")
-    parser.add_argument("--prompts", type=int, default=48)
-    parser.add_argument("--steps", type=int, default=20)
-    parser.add_argument("--guidance", type=float, default=6.0)
-    parser.add_argument("--size", type=int, default=32, help="image height and width in pixels")
-    parser.add_argument("--intervals", type=int, nargs="+", default=[2, 3, 5])
-    parser.add_argument("--int8-intervals", type=int, nargs="+", default=[2, 3])
-    parser.add_argument("--calibration-prompts", type=int, default=16)
-    parser.add_argument("--calibration-samples", type=int, default=100)
-    args = parser.parse_args(argv)
-    import openvino as ov
-
-    from sdaccel import env
-
-    result = measure(
-        args.checkpoint,
-        args.workdir,
-        num_prompts=args.prompts,
-        steps=args.steps,
-        guidance_scale=args.guidance,
-        size=args.size,
-        intervals=args.intervals,
-        int8_intervals=args.int8_intervals,
-        calibration_prompts=args.calibration_prompts,
-        calibration_samples=args.calibration_samples,
-    )
-    result["machine"] = {"cpu": env.cpu_model(), "cores": os.cpu_count(), "openvino": ov.get_version()}
-    result["command"] = " ".join(
-        ["python -m sdaccel.cpu.deepcache", *(argv if argv is not None else sys.argv[1:])]
-    )
-    out = Path(args.out)
-    everything = json.loads(out.read_text()) if out.is_file() else {"models": {}}
-    everything["models"][Path(result["checkpoint"]).name] = result
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(everything, indent=2))
-    print(format_table(result))
-    print(f"wrote {out} and {result['grid']}")
-    return result
-
-
-if __name__ == "__main__":
-    main()

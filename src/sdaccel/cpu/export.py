@@ -59,10 +59,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from sdaccel.checkpoint import CheckpointError, read_config, read_json, resolve_checkpoint
-from sdaccel.contract import Defaults, size_multiple, vae_scale_factor
+from sdaccel.core.checkpoint import CheckpointError, read_config, read_json, resolve_checkpoint
+from sdaccel.core.contract import Defaults, size_multiple, vae_scale_factor
+from sdaccel.core.staging import link_tree, replace_json, staged_folder
 from sdaccel.cpu.lora_export import check_lora, fuse_into_torch, lora_settings
-from sdaccel.staging import link_tree, replace_json, staged_folder
 
 log = logging.getLogger(__name__)
 
@@ -430,7 +430,7 @@ def reshape_static(target, batch: int = 1, height: int = 512, width: int = 512, 
 
 def check_static_shape(shape: StaticShape, m: int) -> None:
     """Refuse, before anything is reshaped or written, a static size the model cannot take (sizes
-    must be multiples of ``m``, :func:`sdaccel.contract.size_multiple`)."""
+    must be multiples of ``m``, :func:`sdaccel.core.contract.size_multiple`)."""
     if shape.batch < 1 or shape.height <= 0 or shape.width <= 0 or shape.height % m or shape.width % m:
         nearest = "x".join(str(max(m, round(v / m) * m)) for v in (shape.height, shape.width))
         raise ValueError(
@@ -448,7 +448,7 @@ def vae_scale_factor_of(folder: Path, component: str = "vae_decoder") -> int:
 
 
 def read_defaults(folder: str | os.PathLike, vae_component: str = "vae_decoder") -> Defaults:
-    """The call defaults and input limits (:class:`sdaccel.contract.Defaults`) of an export folder,
+    """The call defaults and input limits (:class:`sdaccel.core.contract.Defaults`) of an export folder,
     or of a diffusers checkpoint folder with ``vae_component="vae"``: from ``model_index.json``,
     the UNet's and VAE's configs and the scheduler's."""
     folder = Path(folder)
@@ -590,7 +590,7 @@ def export_pipeline(
       which replaces the whole folder (nothing of the old one stays).
 
     The new folder is written next to ``dst`` and renamed into place only when complete
-    (:func:`sdaccel.staging.staged_folder`): a failure at any point leaves ``dst`` as it was.
+    (:func:`sdaccel.core.staging.staged_folder`): a failure at any point leaves ``dst`` as it was.
 
     The PyTorch modules are loaded in float32, one at a time, and freed after their conversion,
     so the peak memory is about that of the largest component (the UNet) plus its IR.

@@ -15,7 +15,7 @@ brand alone:
 :data:`REFERENCE` (``sdaccel/data/cpu_families.json``) holds one table per family, each measured
 by ``benchmarks/bench_openvino.py`` (SD 1.5 UNet, random weights, batch 2, 64x64 latents, static
 shapes) on a 2-core VM, with the command, the CPU's flags and a note on the clock. :func:`family_of` names the reader's
-family from :func:`sdaccel.env.cpu_features`; :func:`reference_table` lays the references and the
+family from :func:`sdaccel.core.env.cpu_features`; :func:`reference_table` lays the references and the
 reader's own run side by side as ratios to PyTorch fp32 (the only number that carries from one
 machine to another: absolute seconds depend on the core count and the load).
 """
@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
-DATA = Path(__file__).resolve().parents[1] / "data" / "cpu_families.json"
+DATA = Path(__file__).resolve().parents[2] / "data" / "cpu_families.json"
 #: The variants every table is read for, in this order (absent ones print as "-").
 VARIANTS = (
     "torch_fp32",
@@ -67,7 +67,7 @@ class Family:
 
 
 def isa_tier(flags: dict) -> str:
-    """The instruction sets of :mod:`sdaccel.env`'s ``cpu_features()`` that decide which precision
+    """The instruction sets of :mod:`sdaccel.core.env`'s ``cpu_features()`` that decide which precision
     wins, as one label."""
     if not flags:
         return "unknown (no /proc/cpuinfo)"

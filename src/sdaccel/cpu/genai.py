@@ -9,7 +9,7 @@ Its ``TorchGenerator`` reproduces ``torch.randn`` on a seeded CPU generator, so 
 GenAI starts from the same noise as diffusers and :class:`sdaccel.cpu.pipeline.OVPipeline`, and
 the three can be compared image against image.
 
-:class:`GenAIPipeline` is called as every front-end of :mod:`sdaccel.contract` is. GenAI's own
+:class:`GenAIPipeline` is called as every front-end of :mod:`sdaccel.core.contract` is. GenAI's own
 ``generate`` takes one prompt at a time, so a list of prompts is generated one prompt after the
 other, all from **one** ``TorchGenerator(seed)``: prompt ``k`` takes the next latents from the
 same stream. For noise tensors whose size is a multiple of 16 values (every latent of 4 channels
@@ -27,8 +27,8 @@ from pathlib import Path
 
 import numpy as np
 
-from sdaccel.checkpoint import CheckpointError, resolve_tiny_vae
-from sdaccel.contract import GenerationResult, check_inputs, make_timings, scheduler_class_name
+from sdaccel.core.checkpoint import CheckpointError, resolve_tiny_vae
+from sdaccel.core.contract import GenerationResult, check_inputs, make_timings, scheduler_class_name
 from sdaccel.cpu.export import StaticShape, read_defaults
 from sdaccel.cpu.precision import CANDIDATES, choose_precision
 from sdaccel.cpu.tiny_vae import with_tiny_decoder
@@ -46,7 +46,7 @@ GENAI_SCHEDULERS = {
 
 class GenAIPipeline:
     """A thin wrapper: ``openvino_genai.Text2ImagePipeline(folder, device)`` on the contract of
-    :mod:`sdaccel.contract` (``generate(prompts, ...) -> GenerationResult``).
+    :mod:`sdaccel.core.contract` (``generate(prompts, ...) -> GenerationResult``).
 
     Args:
       folder: an export folder (SD 1.x/2.x or SDXL).
@@ -60,7 +60,7 @@ class GenAIPipeline:
         ``reshape(1, height, width, guidance_scale)`` before compiling (one image per call, as
         this wrapper generates them).
       scheduler: ``None`` (the folder's own) or the names the other front-ends take (a short name
-        of :data:`sdaccel.contract.SCHEDULER_NAMES`, or a class name) for the schedulers GenAI
+        of :data:`sdaccel.core.contract.SCHEDULER_NAMES`, or a class name) for the schedulers GenAI
         implements (:data:`GENAI_SCHEDULERS`); GenAI builds it from the folder's scheduler config.
       vae: ``None`` (the export's own VAE decoder), ``"tiny"`` or the folder of an
         ``AutoencoderTiny``: GenAI loads the folder :func:`sdaccel.cpu.tiny_vae.with_tiny_decoder`
@@ -150,7 +150,7 @@ class GenAIPipeline:
         default C++ generator (``rng_seed``, prompt ``k`` seeded with ``seed + k``).
 
         ``array`` holds GenAI's 8-bit images as floats (it truncates to 8 bits where
-        ``OVPipeline`` rounds). ``timings``: the keys of :data:`sdaccel.contract.TIMING_KEYS`, from
+        ``OVPipeline`` rounds). ``timings``: the keys of :data:`sdaccel.core.contract.TIMING_KEYS`, from
         GenAI's own performance metrics summed over the prompts, plus ``unet_steps`` (each UNet
         inference), ``unet_step_median_s`` and ``vae_decoder_s``.
         """

@@ -1,8 +1,8 @@
 """LoRA adapters fused into the PyTorch modules before their OpenVINO conversion.
 
 The OpenVINO IR then carries the adapted weights, and runs exactly as fast as the base model
-(no extra MatMuls). The same reader and the same deltas as the JAX track (:mod:`sdaccel.lora`)
-are used, so an export fused here and a JAX pipeline fused with :func:`sdaccel.lora.fuse_lora`
+(no extra MatMuls). The same reader and the same deltas as the JAX track (:mod:`sdaccel.tpu.lora`)
+are used, so an export fused here and a JAX pipeline fused with :func:`sdaccel.tpu.lora.fuse_lora`
 hold the same weights; diffusers' ``load_lora_weights`` + ``fuse_lora`` is not needed (it would
 load the whole pipeline, where the export loads one component at a time).
 
@@ -19,8 +19,8 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
-from sdaccel.checkpoint import open_weights
-from sdaccel.lora import COMPONENTS, LoraAdapter, LoraError, resolve_adapters
+from sdaccel.core.checkpoint import open_weights
+from sdaccel.core.lora_files import COMPONENTS, LoraAdapter, LoraError, resolve_adapters
 
 #: Token and position tables: 2-D weights that no LoRA layer of ours updates.
 _EMBEDDINGS = ("token_embedding.weight", "position_embedding.weight")
@@ -31,7 +31,7 @@ LoraSpec = Sequence[tuple["LoraAdapter | str | os.PathLike", float]]
 def checkpoint_targets(src: str | os.PathLike) -> dict[str, dict[str, tuple[int, ...]]]:
     """component -> module name -> weight shape (PyTorch layout) of every linear and convolution
     weight of a diffusers checkpoint folder, read from the safetensors headers. Text-encoder names
-    drop transformers' ``text_model.`` prefix, as :func:`sdaccel.lora.lora_targets` does."""
+    drop transformers' ``text_model.`` prefix, as :func:`sdaccel.tpu.lora.lora_targets` does."""
     src = Path(src)
     out = {}
     for component in COMPONENTS:
@@ -48,7 +48,7 @@ def checkpoint_targets(src: str | os.PathLike) -> dict[str, dict[str, tuple[int,
 
 def check_lora(src: str | os.PathLike, lora: LoraSpec) -> list[tuple[LoraAdapter, float]]:
     """Read and resolve every ``(adapter or path, scale)`` against the checkpoint ``src``; raise
-    :class:`sdaccel.lora.LoraError` naming what does not fit. Call it before writing anything."""
+    :class:`sdaccel.core.lora_files.LoraError` naming what does not fit. Call it before writing anything."""
     return resolve_adapters(lora, checkpoint_targets(src), "lora")
 
 
@@ -99,7 +99,7 @@ def save_genai_adapter(adapter: LoraAdapter, path: str | os.PathLike, sdxl: bool
     encoders, names GenAI does not map) need the fused export instead."""
     import dataclasses
 
-    from sdaccel.lora import LoraLayer, save_kohya
+    from sdaccel.core.lora_files import LoraLayer, save_kohya
 
     kept, dropped = {}, []
     for component, layers in adapter.layers.items():

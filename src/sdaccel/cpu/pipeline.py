@@ -9,13 +9,13 @@ over OpenVINO compiled models, so every step is visible and can be timed, hooked
    second encoder's pooled ``text_embeds`` and six ``time_ids`` (original size, crop, target size).
 2. **Noise.** ``torch.randn`` with a seeded generator, exactly as diffusers draws it, so the same
    seed gives the same starting latents here, in diffusers and in GenAI's ``TorchGenerator``
-   (seeds are integers in ``[0, 2**32)``, as everywhere in :mod:`sdaccel.contract`).
+   (seeds are integers in ``[0, 2**32)``, as everywhere in :mod:`sdaccel.core.contract`).
 3. **Denoising loop.** With classifier-free guidance the UNet sees the batch twice (negative,
    positive) and the two predictions are mixed ``uncond + scale * (text - uncond)``; the
    scheduler takes a step: diffusers' own class, named by ``_class_name`` in the folder's
    ``scheduler/scheduler_config.json`` as GenAI reads it (diffusers itself reads the name from
    ``model_index.json``; published checkpoints name the same class in both), or the one
-   ``scheduler=`` names (the names of :data:`sdaccel.contract.SCHEDULER_NAMES`, as the JAX
+   ``scheduler=`` names (the names of :data:`sdaccel.core.contract.SCHEDULER_NAMES`, as the JAX
    pipeline takes them, or any diffusers scheduler class). An LCM-distilled UNet
    (``time_cond_proj_dim``) gets the guidance scale as an embedding, ``timestep_cond``, instead
    of the doubled batch, as diffusers does.
@@ -47,8 +47,8 @@ from pathlib import Path
 
 import numpy as np
 
-from sdaccel.checkpoint import CheckpointError, read_config, read_json, resolve_tiny_vae
-from sdaccel.contract import (
+from sdaccel.core.checkpoint import CheckpointError, read_config, read_json, resolve_tiny_vae
+from sdaccel.core.contract import (
     GenerationResult,
     check_inputs,
     check_seed,
@@ -98,8 +98,8 @@ def _component(name: str) -> str:
 class OVPipeline:
     """Stable Diffusion 1.x/2.x or SDXL over an export folder from :func:`export_pipeline`.
 
-    Called as every front-end of :mod:`sdaccel.contract` is: ``pipe.generate(prompts, ...)`` (or
-    ``pipe(...)``) returns a :class:`~sdaccel.contract.GenerationResult`; ``pipe.defaults`` holds
+    Called as every front-end of :mod:`sdaccel.core.contract` is: ``pipe.generate(prompts, ...)`` (or
+    ``pipe(...)``) returns a :class:`~sdaccel.core.contract.GenerationResult`; ``pipe.defaults`` holds
     what a call leaves out (20 steps, the guidance of the checkpoint's pipeline class, the UNet's
     native size) and the sizes it accepts. A failed call, wherever it fails (even inside
     OpenVINO), leaves the pipeline as it was: the next valid call works.
@@ -204,7 +204,7 @@ class OVPipeline:
             models are reshaped before compiling and then only accept that shape.
           ov_config: extra compile properties (``{"NUM_STREAMS": "1"}``, ``{"CACHE_DIR": ...}``).
           scheduler: ``None`` (the folder's own), a short name of
-            :data:`sdaccel.contract.SCHEDULER_NAMES` (``"euler"``, ``"ddim"``, ``"euler_a"``,
+            :data:`sdaccel.core.contract.SCHEDULER_NAMES` (``"euler"``, ``"ddim"``, ``"euler_a"``,
             ``"lcm"``: the names ``Pipeline.from_pretrained`` takes) or a diffusers scheduler class
             name; it is built from the folder's scheduler config, as
             ``NewScheduler.from_config(old.config)`` in diffusers.
@@ -377,7 +377,7 @@ class OVPipeline:
 
     def prepare_latents(self, batch: int, height: int, width: int, seed: int, generator=None):
         """Gaussian noise as diffusers draws it: ``torch.randn`` on a CPU generator seeded with
-        ``seed`` (an integer in ``[0, 2**32)``, :func:`sdaccel.contract.check_seed`), or drawn
+        ``seed`` (an integer in ``[0, 2**32)``, :func:`sdaccel.core.contract.check_seed`), or drawn
         from ``generator`` when given (which then goes on to the scheduler's steps)."""
         import torch
 
@@ -416,11 +416,11 @@ class OVPipeline:
         unet_input_callback: Callable[[dict], None] | None = None,
         deepcache: Callable[[int, dict], np.ndarray] | None = None,
     ) -> GenerationResult:
-        """Generate one image per prompt (the contract of :mod:`sdaccel.contract`).
+        """Generate one image per prompt (the contract of :mod:`sdaccel.core.contract`).
 
         Args:
           prompts, negative_prompts, steps, guidance_scale, height, width: as in
-            :func:`sdaccel.contract.check_inputs`; left out, they come from ``self.defaults``.
+            :func:`sdaccel.core.contract.check_inputs`; left out, they come from ``self.defaults``.
           seed: an integer in ``[0, 2**32)``; seeds the ``torch.Generator`` that draws the initial
             noise of the whole batch (unless ``latents`` is given) and then the noise a stochastic
             scheduler (Euler ancestral, LCM) adds at each step, as diffusers draws them.
@@ -432,8 +432,8 @@ class OVPipeline:
             returning ``out_sample``) that runs the UNet in place of this pipeline's own: the full
             UNet every N-th step, its shallow part with a cached deep feature in between.
 
-        Returns a :class:`~sdaccel.contract.GenerationResult` with ``latents`` (the final ones,
-        NCHW) and ``timings``: the keys of :data:`sdaccel.contract.TIMING_KEYS` (``encode_s``: the
+        Returns a :class:`~sdaccel.core.contract.GenerationResult` with ``latents`` (the final ones,
+        NCHW) and ``timings``: the keys of :data:`sdaccel.core.contract.TIMING_KEYS` (``encode_s``: the
         text encoders; ``compile_s`` is 0: the models were compiled when the pipeline was loaded),
         ``unet_steps`` (seconds of each UNet inference, the scheduler arithmetic not included),
         ``unet_step_median_s`` and ``vae_decoder_s``.
@@ -556,7 +556,7 @@ def guidance_scale_embedding(w: np.ndarray, dim: int) -> np.ndarray:
     """(N,) guidance weights -> (N, dim) float32: the ``timestep_cond`` of an LCM UNet
     (``w = guidance_scale - 1``), computed by diffusers' own ``get_guidance_scale_embedding``
     (a method that uses nothing of its pipeline). The JAX track's is
-    :func:`sdaccel.models.unet.guidance_scale_embedding`."""
+    :func:`sdaccel.tpu.models.unet.guidance_scale_embedding`."""
     import torch
     from diffusers import LatentConsistencyModelPipeline
 
@@ -581,7 +581,7 @@ def run_diffusers(
     import torch
     from diffusers import DiffusionPipeline
 
-    from sdaccel.checkpoint import resolve_checkpoint
+    from sdaccel.core.checkpoint import resolve_checkpoint
 
     folder = resolve_checkpoint(src)
     # components that resolve_checkpoint does not download (SD 1.5's safety checker) are left out

@@ -20,7 +20,7 @@ a rule, :func:`choose_precision` measures:
    convolutions and matrix products in the runtime model. A candidate whose reported precision is
    not the one asked for is recorded but cannot be chosen.
 4. **Cache.** The result is added (atomically) to ``precision_choice.json`` in the export folder,
-   keyed by the CPU model and instruction sets (:mod:`sdaccel.env`), the OpenVINO version and the
+   keyed by the CPU model and instruction sets (:mod:`sdaccel.core.env`), the OpenVINO version and the
    plugin's capabilities, the device and compile properties, the input shapes and the models' IR
    (a hash of each ``.xml``). A later call with the same key reads it back instead of measuring;
    any other CPU, version, size or export measures again.
@@ -43,10 +43,10 @@ from pathlib import Path
 
 import numpy as np
 
-from sdaccel.checkpoint import CheckpointError, read_config, read_json
+from sdaccel.core.checkpoint import CheckpointError, read_config, read_json
+from sdaccel.core.env import cpu_features, cpu_model
+from sdaccel.core.staging import replace_json
 from sdaccel.cpu.export import MODEL_XML, StaticShape, read_defaults, reshape_static, vae_scale_factor_of
-from sdaccel.env import cpu_features, cpu_model
-from sdaccel.staging import replace_json
 
 log = logging.getLogger(__name__)
 

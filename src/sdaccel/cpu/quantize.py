@@ -47,7 +47,7 @@ quant_memory``; batch 2, 64x64 latents, 8 samples, peak RSS of the quantizing pr
   the f32 statistics model holds INT8 MatMul weights;
 * a smaller ``subset_size``, and calibration samples streamed from disk (:class:`CalibrationSet`)
   instead of held in memory;
-* each quantization in a child process (:func:`sdaccel.processes.run_with_memory_limit`), so nothing stays resident
+* each quantization in a child process (:func:`sdaccel.core.processes.run_with_memory_limit`), so nothing stays resident
   between recipes, the peak is measured per recipe, and a run that would exhaust the machine is
   stopped at a limit instead.
 
@@ -71,7 +71,7 @@ from pathlib import Path
 
 import numpy as np
 
-from sdaccel.staging import check_writable, staged_folder
+from sdaccel.core.staging import check_writable, staged_folder
 
 #: The three INT8 recipes, by the names used in results, benchmarks and folders.
 VARIANTS = ("int8_weights", "hybrid", "full_int8")
@@ -490,7 +490,7 @@ def collect_unet_inputs(
     arrays are copied, since a pipeline may reuse its buffers.
 
     An empty ``prompts`` or an ``out_dir`` that cannot be written is refused before the first
-    image. ``out_dir`` is replaced whole, and only at the end (:func:`sdaccel.staging.staged_folder`):
+    image. ``out_dir`` is replaced whole, and only at the end (:func:`sdaccel.core.staging.staged_folder`):
     a run that fails half-way leaves the previous calibration set as it was.
     """
     from tqdm.auto import tqdm
@@ -530,37 +530,6 @@ def collect_unet_inputs(
     with staged_folder(out_dir) as stage:
         run(CalibrationSet(stage))
     return CalibrationSet(out_dir)
-
-
-def calibrate_on_training_captions(
-    pipe,
-    out_dir: Path,
-    steps: int,
-    guidance_scale: float,
-    size: int,
-    prompts: int = 16,
-    samples: int = 64,
-    seed: int = 0,
-    progress: bool = False,
-) -> CalibrationSet:
-    """INT8 calibration data for a trained shapes checkpoint (:mod:`sdaccel.shapes`): the f32
-    ``pipe``'s UNet inputs over ``prompts`` *training* captions (never the held-out ones that are
-    evaluated), a reservoir of ``samples`` spread over the prompts and steps, streamed to
-    ``out_dir`` (:func:`collect_unet_inputs`)."""
-    from sdaccel import shapes
-
-    return collect_unet_inputs(
-        pipe,
-        shapes.prompts(prompts, seed=seed + 1, split="train"),
-        steps=steps,
-        num_samples=samples,
-        guidance_scale=guidance_scale,
-        height=size,
-        width=size,
-        seed=seed,
-        out_dir=out_dir,
-        progress=progress,
-    )
 
 
 def _as_dataset(data, variant: str):
@@ -618,7 +587,7 @@ def quantize_ir(
     **knobs,
 ) -> dict:
     """Read an IR, apply one of :data:`VARIANTS`, save the result: the unit of work that
-    :func:`sdaccel.processes.run_with_memory_limit` runs in a child process (everything is passed
+    :func:`sdaccel.core.processes.run_with_memory_limit` runs in a child process (everything is passed
     by path).
 
     ``calibration`` is a :class:`CalibrationSet` folder (unused by ``int8_weights``). The result is
@@ -815,7 +784,7 @@ def quantize_in_parts(
        streamed to disk one sample at a time and replaced part after part, never all in memory.
     3. The quantized parts are stitched back into one IR with the UNet's inputs and outputs.
 
-    Each step runs in a child process (:func:`sdaccel.processes.run_with_memory_limit`, stopped
+    Each step runs in a child process (:func:`sdaccel.core.processes.run_with_memory_limit`, stopped
     above ``memory_limit_gb`` of anonymous RSS), so nothing stays resident between parts
     (``isolate=False`` runs them here instead, one after the other: for small models, where
     starting a process costs more than the step, and peaks are not measured). The
@@ -833,7 +802,7 @@ def quantize_in_parts(
     import shutil
     import tempfile
 
-    from sdaccel.processes import run_with_memory_limit
+    from sdaccel.core.processes import run_with_memory_limit
 
     data = check_calibration(calibration, variant)
     if not Path(src_xml).is_file():

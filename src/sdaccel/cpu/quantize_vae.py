@@ -18,9 +18,9 @@ into every pixel.
 
 Calibration data are decoder inputs: *unscaled* latents (``latents / scaling_factor``, what
 :meth:`sdaccel.cpu.pipeline.OVPipeline.decode` feeds the decoder), best the final latents of real
-generations (:func:`sdaccel.evaluate_shapes.final_latents`).
-:func:`sdaccel.evaluate_shapes.vae_decoder_quality` measures the cost on a trained
-``sdaccel.shapes`` checkpoint: the held-out prompts are generated once in f32, and their final
+generations (:func:`sdaccel.toy.adherence.final_latents`).
+:func:`sdaccel.toy.adherence.vae_decoder_quality` measures the cost on a trained
+``sdaccel.toy.dataset`` checkpoint: the held-out prompts are generated once in f32, and their final
 latents are decoded by the f32 decoder and by each INT8 one; PSNR/SSIM against the f32 images and
 prompt adherence say what the INT8 decoder changed (the UNet and the latents are the same).
 """
@@ -34,8 +34,8 @@ from pathlib import Path
 
 import numpy as np
 
+from sdaccel.core.staging import check_writable
 from sdaccel.cpu.quantize import VARIANTS, describe_ir, ir_size_bytes, quantize_variant, read_model
-from sdaccel.staging import check_writable
 
 #: The decoder's input (as exported by :func:`sdaccel.cpu.export.convert_vae_decoder`).
 INPUT = "latent_sample"
@@ -44,7 +44,7 @@ INPUT = "latent_sample"
 def decoder_inputs(latents, vae_config: dict) -> np.ndarray:
     """Diffusion latents ``[n, C, h, w]`` -> what the decoder reads (``/ scaling_factor``, and the
     per-channel mean/std where the VAE has them), float32."""
-    from sdaccel.contract import unscale_latents
+    from sdaccel.core.contract import unscale_latents
 
     return np.ascontiguousarray(
         unscale_latents(

@@ -2,7 +2,7 @@
 
 With a few denoising steps the VAE decoder takes a large share of an image's time on a CPU; TAESD
 decodes the same latents with a network about 40 times smaller (1.2 M parameters,
-:mod:`sdaccel.models.taesd` explains it). This module converts one into an IR that is a drop-in
+:mod:`sdaccel.tpu.models.taesd` explains it). This module converts one into an IR that is a drop-in
 ``vae_decoder``: the same input ``latent_sample`` f32 [B, C, h, w] and output ``sample``
 f32 [B, 3, 8h, 8w] in [-1, 1] (:mod:`sdaccel.cpu.export`), and, beside it, the tiny autoencoder's
 own ``config.json``. That config says ``scaling_factor: 1.0``, so a pipeline that reads the
@@ -10,7 +10,7 @@ scaling from the decoder's folder (``OVPipeline.decode``, GenAI) divides by 1.0,
 diffusers does with ``pipe.vae = AutoencoderTiny(...)``: TAESD decodes the diffusion latents as
 they are.
 
-Two folders, each written atomically (:func:`sdaccel.staging.staged_folder`):
+Two folders, each written atomically (:func:`sdaccel.core.staging.staged_folder`):
 
 * :func:`export_tiny_decoder`: ``<export>/vae_decoder_tiny/`` (``openvino_model.xml/.bin``,
   ``config.json`` and a record of its source), kept with the export it was made for and reused
@@ -28,13 +28,14 @@ import os
 from dataclasses import asdict
 from pathlib import Path
 
-from sdaccel.checkpoint import (
+from sdaccel.core.checkpoint import (
     CheckpointError,
     check_safetensors,
     check_tiny_vae_compatible,
     read_config,
     read_json,
 )
+from sdaccel.core.staging import link_tree, replace_json, staged_folder
 from sdaccel.cpu.export import (
     MANIFEST,
     MODEL_XML,
@@ -45,7 +46,6 @@ from sdaccel.cpu.export import (
     source_fingerprint,
     vae_scale_factor_of,
 )
-from sdaccel.staging import link_tree, replace_json, staged_folder
 
 #: The component folder of the tiny decoder inside an export.
 TINY_DECODER = "vae_decoder_tiny"

@@ -1,0 +1,297 @@
+"""Exercises at the end of each notebook: checked answers, and the attendee copy without solutions.
+
+Each exercise is three cells just before a notebook's "Next steps":
+
+- a Markdown cell tagged ``exercise``: the task;
+- a code cell tagged ``solution``: the answer variable set to ``None``, then the solution between
+  ``# BEGIN SOLUTION`` and ``# END SOLUTION``;
+- a code cell tagged ``check``: ``check("01.2", answer, expected)``, which prints whether the answer
+  is right and raises :class:`ExerciseNotDone` when it is missing or wrong.
+
+The solutions live in the notebooks themselves, so CI runs every notebook with its solutions and
+every check passes. The attendee copy replaces each solution block with ``# your code here``::
+
+    python -m sdaccel.course.exercises strip notebooks build/attendee     # or: make attendee
+    python -m sdaccel.course.exercises list notebooks
+
+``expected`` (and ``test``) may be a function of no arguments: it is called only once there is an
+answer, so a check cell stays cheap, and an unanswered exercise fails before anything is computed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import re
+import shutil
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+BEGIN, END = "# BEGIN SOLUTION", "# END SOLUTION"
+PLACEHOLDER = "# your code here"
+TAGS = ("exercise", "solution", "check")
+_ID = re.compile(r"""check\(\s*["'](\d\d\.\d+)["']""")
+_MISSING = object()
+
+
+class ExerciseNotDone(AssertionError):
+    """An exercise's answer is missing or wrong."""
+
+
+class ExerciseFormatError(ValueError):
+    """A notebook's exercise cells do not follow the format above."""
+
+
+# ----------------------------------------------------------------------------------------------
+# Checking an answer (called from the notebooks' check cells)
+# ----------------------------------------------------------------------------------------------
+
+
+def same(answer, expected, rtol: float = 1e-6, atol: float = 0.0) -> bool:
+    """Whether ``answer`` equals ``expected``: numbers within ``rtol``/``atol``, arrays elementwise,
+    sequences and dicts item by item, strings ignoring case and surrounding spaces."""
+    import numpy as np
+
+    if isinstance(expected, bool) or isinstance(answer, bool):
+        both = isinstance(answer, bool | np.bool_) and isinstance(expected, bool | np.bool_)
+        return both and bool(answer) == bool(expected)
+    if isinstance(expected, str):
+        return isinstance(answer, str) and answer.strip().lower() == expected.strip().lower()
+    if isinstance(expected, dict):
+        return (
+            isinstance(answer, dict)
+            and set(map(str, answer)) == set(map(str, expected))
+            and all(same(answer[k], expected[k], rtol, atol) for k in expected)
+        )
+    if isinstance(expected, np.ndarray) or isinstance(answer, np.ndarray) or hasattr(answer, "__array__"):
+        try:
+            a, e = np.asarray(answer), np.asarray(expected)
+        except Exception:  # an answer numpy cannot read is not the array we want
+            return False
+        return a.shape == e.shape and bool(np.allclose(a, e, rtol=rtol, atol=atol))
+    if isinstance(expected, list | tuple):
+        return (
+            isinstance(answer, list | tuple)
+            and len(answer) == len(expected)
+            and all(same(a, e, rtol, atol) for a, e in zip(answer, expected, strict=True))
+        )
+    if isinstance(expected, int | float | np.number) and not isinstance(answer, str):
+        try:
+            return math.isclose(float(answer), float(expected), rel_tol=rtol, abs_tol=atol)
+        except (TypeError, ValueError):
+            return False
+    return answer == expected
+
+
+def check(
+    exercise: str,
+    answer,
+    expected=_MISSING,
+    *,
+    test: Callable[[object], bool] | None = None,
+    rtol: float = 1e-6,
+    atol: float = 0.0,
+    hint: str = "",
+) -> None:
+    """Say whether ``answer`` is right; raise :class:`ExerciseNotDone` when it is missing or wrong
+    (nothing is returned, so a notebook shows only the message).
+
+    Give either ``expected`` (a value, or a function of no arguments computing it) or ``test``
+    (a function of the answer returning whether it is right)."""
+    if (expected is _MISSING) == (test is None):
+        raise TypeError("check() needs exactly one of expected= or test=")
+    if answer is None or answer is Ellipsis:
+        message = f"✗ Exercise {exercise}: not answered yet. Replace the None in the cell above."
+        print(message)
+        raise ExerciseNotDone(message)
+    if test is not None:
+        right = bool(test(answer))
+    else:
+        right = same(answer, expected() if callable(expected) else expected, rtol, atol)
+    if right:
+        print(f"✓ Exercise {exercise}: right.")
+        return
+    shown = repr(answer)
+    shown = shown if len(shown) <= 200 else shown[:200] + "..."
+    message = f"✗ Exercise {exercise}: not quite (your answer: {shown})." + (f" Hint: {hint}" if hint else "")
+    print(message)
+    raise ExerciseNotDone(message)
+
+
+# ----------------------------------------------------------------------------------------------
+# The exercise cells of a notebook
+# ----------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Exercise:
+    id: str
+    task: int  # cell indexes
+    solution: int
+    check: int
+
+
+def tags(cell: dict) -> list[str]:
+    return cell.get("metadata", {}).get("tags", [])
+
+
+def source(cell: dict) -> str:
+    src = cell.get("source", "")
+    return "".join(src) if isinstance(src, list) else src
+
+
+def strip_solution(code: str, where: str = "") -> str:
+    """The code with every ``# BEGIN SOLUTION`` ... ``# END SOLUTION`` block replaced by the placeholder
+    (indented like the block)."""
+    lines, out, inside = code.splitlines(), [], False
+    for line in lines:
+        stripped = line.strip()
+        if stripped == BEGIN:
+            if inside:
+                raise ExerciseFormatError(f"{where}: {BEGIN} inside another solution block")
+            inside = True
+            out.append(line[: len(line) - len(line.lstrip())] + PLACEHOLDER)
+        elif stripped == END:
+            if not inside:
+                raise ExerciseFormatError(f"{where}: {END} without {BEGIN}")
+            inside = False
+        elif not inside:
+            out.append(line)
+    if inside:
+        raise ExerciseFormatError(f"{where}: {BEGIN} without {END}")
+    return "\n".join(out)
+
+
+def exercises(nb: dict, name: str = "notebook") -> list[Exercise]:
+    """The exercises of a notebook (as a dict), checked for their format: each task cell is followed
+    by its solution and its check, every solution has a block to strip, and the ids are unique."""
+    cells = nb["cells"]
+    found, seen = [], set()
+    for i, cell in enumerate(cells):
+        if "exercise" not in tags(cell) or "solution" in tags(cell) or "check" in tags(cell):
+            continue
+        if not re.search(r"Exercise \d\d\.\d+", source(cell)):
+            continue  # the section's introduction
+        if i + 2 >= len(cells) or "solution" not in tags(cells[i + 1]) or "check" not in tags(cells[i + 2]):
+            raise ExerciseFormatError(f"{name} cell {i}: an exercise needs a 'solution' then a 'check' cell")
+        solution = source(cells[i + 1])
+        if BEGIN not in solution or END not in solution:
+            raise ExerciseFormatError(f"{name} cell {i + 1}: a solution cell needs {BEGIN} ... {END}")
+        strip_solution(solution, f"{name} cell {i + 1}")
+        match = _ID.search(source(cells[i + 2]))
+        if not match:
+            raise ExerciseFormatError(f"{name} cell {i + 2}: a check cell calls check('NN.k', ...)")
+        ex_id = match.group(1)
+        if ex_id in seen or f"Exercise {ex_id}" not in source(cell):
+            raise ExerciseFormatError(
+                f"{name} cell {i}: exercise {ex_id} is repeated or its task names another"
+            )
+        seen.add(ex_id)
+        found.append(Exercise(ex_id, i, i + 1, i + 2))
+    tagged = sum(1 for c in cells if "solution" in tags(c))
+    if tagged != len(found):
+        raise ExerciseFormatError(f"{name}: {tagged} solution cells, but {len(found)} exercises around them")
+    return found
+
+
+def attendee_copy(nb: dict, name: str = "notebook") -> dict:
+    """The notebook with every solution block replaced by the placeholder and no outputs."""
+    import copy
+
+    exercises(nb, name)  # refuse a malformed notebook before writing anything
+    out = copy.deepcopy(nb)
+    for i, cell in enumerate(out["cells"]):
+        if cell["cell_type"] == "code":
+            cell["outputs"], cell["execution_count"] = [], None
+        if "solution" in tags(cell):
+            cell["source"] = strip_solution(source(cell), f"{name} cell {i}")
+            cell["metadata"]["tags"] = [t if t != "solution" else "answer" for t in tags(cell)]
+    return out
+
+
+def strip(src: Path, dest: Path) -> list[Path]:
+    """Write the attendee copy of every notebook of ``src`` (a folder or one notebook) into ``dest``,
+    which is replaced as a whole once every copy is written."""
+    import nbformat
+
+    src, dest = Path(src), Path(dest)
+    notebooks = sorted(src.glob("[0-9][0-9]_*.ipynb")) if src.is_dir() else [src]
+    if not notebooks:
+        raise ExerciseFormatError(f"No notebooks (NN_name.ipynb) in {src}.")
+    folder = src if src.is_dir() else src.parent
+    if dest.resolve() == folder.resolve() or folder.resolve() in dest.resolve().parents:
+        raise ExerciseFormatError(
+            f"{dest} is inside {folder}: write the attendee copy somewhere else (build/attendee)."
+        )
+    partial = dest.with_name(dest.name + ".partial")
+    if partial.exists():
+        shutil.rmtree(partial)
+    partial.mkdir(parents=True)
+    written = []
+    for path in notebooks:
+        nb = nbformat.read(path, as_version=4)
+        nbformat.write(nbformat.from_dict(attendee_copy(nb, path.name)), partial / path.name)
+        written.append(dest / path.name)
+    if dest.exists():
+        shutil.rmtree(dest)
+    partial.rename(dest)
+    return written
+
+
+def insert(nb: dict, items: list[dict], intro: str) -> dict:
+    """Append exercise cells just before the final "Next steps" cell. ``items``: dicts with ``id``,
+    ``title``, ``task`` (Markdown), ``solution`` and ``check`` (code). Used to add exercises."""
+    import nbformat
+
+    cells = nb["cells"]
+    if not cells or "Next steps" not in source(cells[-1]):
+        raise ExerciseFormatError("the notebook must end with its 'Next steps' cell")
+    new = [nbformat.v4.new_markdown_cell(intro, metadata={"tags": ["exercise"]})]
+    for item in items:
+        new += [
+            nbformat.v4.new_markdown_cell(
+                f"### Exercise {item['id']} · {item['title']}\n\n{item['task']}",
+                metadata={"tags": ["exercise"]},
+            ),
+            nbformat.v4.new_code_cell(item["solution"], metadata={"tags": ["solution"]}),
+            nbformat.v4.new_code_cell(item["check"], metadata={"tags": ["check"]}),
+        ]
+    nb["cells"] = cells[:-1] + new + cells[-1:]
+    exercises(nb)
+    return nb
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    p_strip = sub.add_parser("strip", help="write the attendee copy without solutions")
+    p_strip.add_argument("src", type=Path, help="a notebook or a folder of notebooks")
+    p_strip.add_argument("dest", type=Path, help="the folder to write (replaced as a whole)")
+    p_list = sub.add_parser("list", help="list each notebook's exercises")
+    p_list.add_argument("src", type=Path)
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "strip":
+            for path in strip(args.src, args.dest):
+                print(f"wrote {path}")
+        else:
+            import nbformat
+
+            paths = sorted(args.src.glob("[0-9][0-9]_*.ipynb")) if args.src.is_dir() else [args.src]
+            for path in paths:
+                nb = nbformat.read(path, as_version=4)
+                found = exercises(nb, path.name)
+                titles = [source(nb.cells[e.task]).splitlines()[0].removeprefix("### ") for e in found]
+                print(f"{path.name}: {len(found)} exercises" + "".join(f"\n  {t}" for t in titles))
+    except ExerciseFormatError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,213 @@
+"""Fewer steps: the measurements of notebook 07, on either track.
+
+The notebook times whole images (text encoding, every denoising step, the decode) for a base
+model at its usual number of steps and for the same model with an LCM-LoRA fused at a few steps,
+then adds the tiny autoencoder and an INT8 UNet one lever at a time. This module holds what its
+cells share and what the tests check:
+
+- :func:`time_images`: compile (or warm up) once, then the median of a few timed calls;
+- :func:`speed_rows` / :func:`format_speed`: seconds per image and the ratio to a base measured in
+  the same run, with the precision that ran;
+- :func:`lever_costs` / :func:`format_costs`: what each configuration costs against the base's
+  images (PSNR, SSIM and, for the shapes checkpoints' captions, prompt adherence);
+- :func:`faster`: a ratio as words ("3.1x faster", "1.2x slower"), so the text follows the numbers;
+- :func:`parameters`: the size of a model or of a VAE's decoder (when TAESD can pay), from its files;
+- :func:`use_scheduler`: switch a JAX pipeline's sampler (LCM for a fused LCM-LoRA, and back);
+- :func:`random_tiny_vae`: a random-weight tiny autoencoder that fits a checkpoint's latents (the
+  smoke profile's stand-in for TAESD: it times like one, and draws noise).
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from sdaccel.core.checkpoint import read_config, read_json
+from sdaccel.course.whole_image import time_calls
+from sdaccel.toy import dataset
+
+
+@dataclass
+class Timed:
+    """One configuration's timing: the images of its last call and the seconds of each."""
+
+    images: list
+    #: seconds of the first call that were compilation (JAX; 0 for OpenVINO, which compiles at load)
+    compile_s: float
+    #: whole-image seconds of each timed call (the call's run time over its number of images)
+    per_image_s: list[float]
+    steps: int
+
+    @property
+    def seconds(self) -> float:
+        """The median whole-image seconds."""
+        return statistics.median(self.per_image_s)
+
+
+def time_images(
+    pipe, prompts: Sequence[str], repeats: int = 3, *, clock=time.perf_counter, **generate
+) -> Timed:
+    """Generate ``prompts`` once to compile (JAX) or warm up (OpenVINO), then ``repeats`` more
+    times, timed by the wall clock less any compile time (:func:`sdaccel.course.whole_image.time_calls`).
+    Every call is the same (same seed), so the images of the last one stand for all."""
+    if not prompts:
+        raise ValueError("time_images needs at least one prompt.")
+    last = {}
+
+    def call():
+        last["result"] = pipe.generate(list(prompts), **generate)
+        return last["result"]
+
+    def warmup():
+        last["first"] = pipe.generate(list(prompts), **generate)
+
+    times = time_calls(call, repeats, warmup=warmup, clock=clock)
+    first = last["first"].timings
+    return Timed(
+        images=list(last["result"].images),
+        compile_s=float(first.get("compile_s", 0.0)),
+        per_image_s=[s / len(prompts) for s in times["image_s"]],
+        steps=int(first["steps"]),
+    )
+
+
+def speed_rows(timed: Mapping[str, Timed], base: str, precisions: Mapping[str, str] | None = None) -> dict:
+    """``{name: {"steps", "seconds", "x_base", "compile_s", "precision"}}``: the median whole-image
+    seconds of each configuration and how many times faster than ``base`` (a key of ``timed``,
+    measured in the same run) it is."""
+    if base not in timed:
+        raise KeyError(f"The base {base!r} is not among the timed configurations {sorted(timed)}.")
+    reference = timed[base].seconds
+    rows = {}
+    for name, t in timed.items():
+        rows[name] = {
+            "steps": t.steps,
+            "seconds": t.seconds,
+            "x_base": reference / t.seconds,
+            "compile_s": t.compile_s,
+            "precision": (precisions or {}).get(name, ""),
+        }
+    return rows
+
+
+def format_speed(rows: Mapping[str, dict], base: str) -> str:
+    """The speed table as text, one line per configuration."""
+    width = max(len(n) for n in rows)
+    lines = [
+        f"{'configuration':{width}s} {'steps':>5s} {'s/image':>9s} {'x ' + base:>{len(base) + 2}s}  precision"
+    ]
+    for name, r in rows.items():
+        lines.append(
+            f"{name:{width}s} {r['steps']:5d} {r['seconds']:9.4f} {r['x_base']:{len(base) + 2}.2f}  {r['precision']}"
+        )
+    return "\n".join(lines)
+
+
+def faster(ratio: float) -> str:
+    """``ratio`` (base seconds / these seconds) as words: ``"3.10x faster"``, ``"1.25x slower"``."""
+    if ratio <= 0:
+        raise ValueError(f"A speed ratio is positive, got {ratio}.")
+    return f"{ratio:.2f}x faster" if ratio >= 1 else f"{1 / ratio:.2f}x slower"
+
+
+def lever_costs(
+    reference: Sequence, candidates: Mapping[str, Sequence], prompts: Sequence[str] | None = None
+) -> dict:
+    """What each configuration's images cost against ``reference`` (the base's images of the same
+    prompts and seed): mean PSNR and SSIM (:func:`sdaccel.cpu.quality.compare_images`) and, when
+    every prompt is a caption of the shapes data set, the adherence of each (reference included,
+    under ``"reference"``)."""
+    from sdaccel.cpu import quality
+
+    scored = bool(prompts) and all(dataset.is_caption(p) for p in prompts)
+    costs = {}
+    if scored:
+        costs["reference"] = {"adherence": dataset.adherence(reference, prompts)["score"]}
+    for name, images in candidates.items():
+        pair = quality.compare_images(reference, images)
+        costs[name] = {"psnr_mean": pair["psnr_mean"], "ssim_mean": pair["ssim_mean"]}
+        if scored:
+            costs[name]["adherence"] = dataset.adherence(images, prompts)["score"]
+    return costs
+
+
+def format_costs(costs: Mapping[str, dict], reference: str) -> str:
+    """The cost table as text; PSNR and SSIM are against ``reference`` (its own row has none)."""
+    width = max(len(n) for n in [*costs, reference])
+    lines = [f"{'configuration':{width}s} {'PSNR dB':>8s} {'SSIM':>6s}  adherence"]
+    for name, c in costs.items():
+        label = reference if name == "reference" else name
+        psnr = "-" if "psnr_mean" not in c else f"{c['psnr_mean']:8.2f}"
+        ssim = "-" if "ssim_mean" not in c else f"{c['ssim_mean']:6.3f}"
+        score = "-" if "adherence" not in c else f"{c['adherence']:.0%}"
+        lines.append(f"{label:{width}s} {psnr:>8s} {ssim:>6s}  {score}")
+    return "\n".join(lines)
+
+
+def parameters(folder: str | os.PathLike, component: str = "", prefix: str = "") -> int:
+    """Parameters of the weights in ``folder/component`` whose names start with ``prefix``
+    (``"decoder."``: the decoder of a VAE or of a tiny autoencoder), read from the safetensors
+    headers without loading a tensor."""
+    import math
+
+    from sdaccel.core.checkpoint import open_weights
+
+    weights = open_weights(folder, component)
+    return sum(math.prod(weights.shape(k)) for k in weights.keys() if k.startswith(prefix))
+
+
+def use_scheduler(pipe, kind: str | None) -> None:
+    """Give a JAX :class:`~sdaccel.tpu.pipeline.JaxPipeline` the sampler ``kind`` (``"lcm"``, ``"euler_a"``...;
+    ``None``: the checkpoint's own), built from its checkpoint's scheduler config as
+    ``JaxPipeline.from_pretrained(..., scheduler=kind)`` builds it, and drop its compiled programs
+    (the sampler is part of them). The weights stay as they are (a fused LoRA too)."""
+    from sdaccel.tpu import schedulers
+
+    scheduler = schedulers.from_config(read_config(pipe.folder, "scheduler"), kind=kind)
+    pipe.scheduler = scheduler
+    pipe.set_jit_options()
+
+
+def random_tiny_vae(checkpoint: str | os.PathLike, folder: str | os.PathLike, seed: int = 0) -> Path:
+    """Write a random-weight ``AutoencoderTiny`` to ``folder`` whose latents are ``checkpoint``'s
+    (its channels, and one decoder level per level of its VAE), TAESD's widths otherwise, and
+    return the folder. Its images are noise; it runs in the time a tiny autoencoder of that size takes."""
+    from sdaccel.tpu.models.taesd import save_random_tiny_vae
+
+    checkpoint = Path(checkpoint)
+    read_json(checkpoint / "model_index.json")  # a clear error for a folder that is no checkpoint
+    vae = read_config(checkpoint, "vae")
+    levels = len(vae["block_out_channels"])
+    if levels < 2:
+        raise ValueError(f"{checkpoint}'s VAE has {levels} level(s); a tiny autoencoder needs at least 2.")
+    return save_random_tiny_vae(
+        folder,
+        seed=seed,
+        latent_channels=vae.get("latent_channels", 4),
+        num_encoder_blocks=(1, *[3] * (levels - 1)),
+        num_decoder_blocks=(*[3] * (levels - 1), 1),
+        encoder_block_out_channels=(64,) * levels,
+        decoder_block_out_channels=(64,) * levels,
+    )
+
+
+def shapes_toy(model_id: str | os.PathLike) -> tuple[Path, Path]:
+    """The repository's trained shapes checkpoint of ``model_id``'s family (SDXL or SD 1.x, read
+    from its ``model_index.json``) and its distilled LCM-LoRA folder: ``checkpoints/tiny-shapes-sdxl``
+    and ``-lcm-lora`` beside it. Where the SD 1.x one has no adapter, the SDXL pair."""
+    from sdaccel.core.checkpoint import resolve_checkpoint
+
+    repo = Path(__file__).resolve().parents[3] / "checkpoints"
+    index = read_json(resolve_checkpoint(model_id, components=[]) / "model_index.json")
+    family = "sdxl" if "XL" in index.get("_class_name", "") else "sd15"
+    for name in dict.fromkeys([f"tiny-shapes-{family}", "tiny-shapes-sdxl"]):
+        if (repo / f"{name}-lcm-lora").is_dir():
+            return repo / name, repo / f"{name}-lcm-lora"
+    raise FileNotFoundError(
+        f"No trained shapes checkpoint with an LCM-LoRA under {repo}: make one with "
+        "`python -m sdaccel.toy.distill checkpoints/tiny-shapes-sdxl checkpoints/tiny-shapes-sdxl-lcm-lora`."
+    )

@@ -1,0 +1,358 @@
+"""Named profiles: the settings that turn the notebooks' real-model defaults into a quick run.
+
+Every notebook's parameters cell holds the real thing (SDXL at 1024x1024, SD 1.5 at 512x512). A
+profile swaps some of those values, and this module is the one place that says which:
+
+- ``smoke``: the trained 1 M-parameter checkpoints of this repository (``checkpoints/tiny-shapes-*``),
+  32x32 images and few steps, with JAX on the CPU showing 8 simulated devices. CI, the tests and
+  ``make lab`` use it.
+- ``full``: no override: the parameters cell as written, on whatever hardware this is.
+
+Both ways of running a notebook read this module:
+
+- ``python -m sdaccel.course.run_notebooks --profile smoke`` injects :func:`overrides` through papermill
+  and starts the kernel with :data:`KERNEL_ENV`;
+- a Jupyter kernel started by ``make lab`` (``python -m sdaccel.course.run_profiles lab``) has
+  :data:`KERNEL_ENV` in its environment, ``SDACCEL_PROFILE=smoke`` among it, and the cell right
+  after each notebook's parameters cell calls :func:`start`, which applies the same overrides.
+
+Applying them twice (papermill, then the cell) changes nothing, so the cell is the same in both.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from sdaccel.core import env
+from sdaccel.course.notebook import quiet
+
+REPO = Path(__file__).resolve().parents[3]
+PROFILES = ("smoke", "full")
+#: The environment variable that names the profile of a notebook kernel.
+PROFILE_VAR = "SDACCEL_PROFILE"
+#: Where ``{checkpoints}/...`` values point (the random-weight checkpoints of ``sdaccel.toy.random_checkpoints``).
+CHECKPOINTS_VAR = "SDACCEL_CHECKPOINTS"
+SIMULATED_DEVICES = 8
+
+#: Environment of a notebook kernel, per profile (the runner's kernels and ``make lab``).
+KERNEL_ENV = {
+    "smoke": {
+        PROFILE_VAR: "smoke",
+        "XLA_FLAGS": f"--xla_force_host_platform_device_count={SIMULATED_DEVICES}",
+        "JAX_PLATFORMS": "cpu",
+        "HF_HUB_OFFLINE": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+        # figures as inline outputs of the cells (ipykernel's default; a shell's MPLBACKEND=agg
+        # would leave every plt.show() empty)
+        "MPLBACKEND": "module://matplotlib_inline.backend_inline",
+    },
+    "full": {PROFILE_VAR: "full", "MPLBACKEND": "module://matplotlib_inline.backend_inline"},
+}
+
+#: 16 prompts the shapes checkpoints never saw in training; their adherence is scored by a pixel rule.
+HELD_OUT_PROMPTS = [
+    "a green triangle on a yellow background, top left",
+    "a red square on a green background, bottom left",
+    "a purple square on a green background, top right",
+    "a green circle on a blue background, top left",
+    "a yellow square on a white background, top left",
+    "an orange square on a white background, center",
+    "an orange circle on a blue background, center",
+    "a blue square on a yellow background, center",
+    "an orange circle on a green background, top right",
+    "an orange square on a red background, bottom right",
+    "a green circle on a white background, center",
+    "a blue square on a white background, bottom left",
+    "an orange square on a purple background, center",
+    "a purple triangle on a black background, bottom right",
+    "a purple triangle on an orange background, bottom left",
+    "a yellow triangle on a purple background, bottom left",
+]
+TINY_SDXL = "{repo}/checkpoints/tiny-shapes-sdxl"
+TINY_SD15 = "{repo}/checkpoints/tiny-shapes-sd15"
+
+#: The smoke profile's overrides, per notebook stem. ``{repo}`` is this repository's folder and
+#: ``{checkpoints}`` the folder of ``sdaccel.toy.random_checkpoints``'s random-weight checkpoints.
+SMOKE: dict[str, dict] = {
+    "00_environment_and_devices": {
+        "MODEL_ID": TINY_SDXL,
+        "PROMPT": "a red circle on a blue background, top left",
+        "VARIANT": None,
+    },
+    "01_sdxl_in_jax": {
+        "MODEL_ID": TINY_SDXL,
+        "VARIANT": None,
+        "DTYPE": "float32",
+        "PROMPTS": HELD_OUT_PROMPTS[:8],
+        "HEIGHT": 32,
+        "WIDTH": 32,
+        "STEPS": 20,
+        "GUIDANCE_SCALE": 6.0,
+        "COMPARE_IMAGES": 2,
+        "COMPARE_HEIGHT": 32,
+        "COMPARE_WIDTH": 32,
+        "COMPARE_STEPS": 20,
+    },
+    "02_sharding_across_cores": {
+        "MODEL_ID": TINY_SDXL,
+        "VARIANT": None,
+        "DTYPE": "float32",
+        "PROMPTS": HELD_OUT_PROMPTS[:4],
+        "HEIGHT": 32,
+        "WIDTH": 32,
+        "STEPS": 10,
+        "GUIDANCE_SCALE": 6.0,
+        "IMAGES_PER_DEVICE": 1,
+        "DEVICE_COUNTS": [1, 2, 8],  # each count is one more compile: the curve's ends and one step between
+        "REPEATS": 2,
+        "MIN_SHARD_SIZE": 4096,
+        "SAME_IMAGES_ATOL": 0.0001,
+        "MODEL_PARALLEL_MEAN_ATOL": 0.0001,
+    },
+    "03_tpu_performance": {
+        "MODEL_ID": TINY_SDXL,
+        "VARIANT": None,
+        "PROMPT": "a red circle on a blue background, top left",
+        "HEIGHT": 32,
+        "WIDTH": 32,
+        "STEPS": 10,
+        "GUIDANCE_SCALE": 6.0,
+        "BATCH": 8,
+        "SWEEP_BATCHES": [4, 8],
+        "REPEATS": 2,
+        "ATTENTION_IMPLEMENTATIONS": ["xla"],
+        "BUCKETS": [[32, 32], [40, 24]],
+    },
+    "04_openvino_export_and_run": {
+        "MODEL_ID": TINY_SD15,
+        "PROMPTS": HELD_OUT_PROMPTS[:8],
+        "NEGATIVE_PROMPT": "",
+        "HEIGHT": 32,
+        "WIDTH": 32,
+        "STEPS": 20,
+        "GUIDANCE_SCALE": 6.0,
+        "TIMING_STEPS": 4,
+        "PARITY_STEPS": 10,
+    },
+    "05_int8_quantization": {
+        "MODEL_ID": TINY_SD15,
+        "HEIGHT": 32,
+        "WIDTH": 32,
+        "STEPS": 20,
+        "GUIDANCE_SCALE": 6.0,
+        "CALIBRATION_PROMPTS_FILE": TINY_SD15 + "/calibration_prompts.txt",
+        "CALIBRATION_PROMPTS": 16,
+        "CALIBRATION_STEPS": 20,
+        "CALIBRATION_SAMPLES": 64,
+        "EVAL_PROMPTS": HELD_OUT_PROMPTS,
+        "QUANT_MEMORY_GB": 4.0,
+        "QUANT_PARTS": 2,  # the toy fits in one piece: force parts, to show them
+        # one group kept in float (each group is one more full INT8 quantization, in parts)
+        "FLOAT_GROUPS": {"resnets": r".*resnets.*"},
+        "BENCH_ITERS": 3,
+    },
+    "06_cpu_benchmark_and_comparison": {
+        "MODEL_ID": TINY_SD15,
+        "VARIANTS": ["torch_fp32", "ov_bf16", "full_int8"],
+        "LEVERS": [],
+        "LATENT": 8,
+        "ITERS": 1,
+        "CALIBRATION_SAMPLES": 2,
+        "QUALITY_PROMPTS": 12,
+        "DEEPCACHE_CALIBRATION_SAMPLES": 16,
+        "QUANT_MEMORY_LIMIT_GB": 4.0,
+    },
+    "07_fewer_steps": {
+        "PROMPTS": HELD_OUT_PROMPTS[:4],
+        "REPEATS": 2,
+        "JAX_MODEL_ID": TINY_SDXL,
+        "JAX_VARIANT": None,
+        "JAX_DTYPE": "float32",
+        "JAX_LORA": TINY_SDXL + "-lcm-lora",  # distilled in this repository (sdaccel.toy.distill)
+        "JAX_HEIGHT": 32,
+        "JAX_WIDTH": 32,
+        "JAX_BASE_STEPS": 20,
+        "JAX_GUIDANCE_SCALE": 6.0,
+        "JAX_LCM_STEPS": [4],  # one program, shared with the no-adapter row; the step sweep runs on OpenVINO
+        "CPU_MODEL_ID": TINY_SDXL,  # the toy with a distilled LCM-LoRA
+        "CPU_LORA": TINY_SDXL + "-lcm-lora",
+        "FAST_VAE": "random",  # a random-weight TAESD of the checkpoint's shape: timed, draws noise
+        "CPU_HEIGHT": 32,
+        "CPU_WIDTH": 32,
+        "CPU_GUIDANCE_SCALE": 6.0,
+        "PRECISION": "f32",
+        "INT8_VARIANT": "int8_weights",  # no calibration run
+        "QUANT_MEMORY_GB": 4.0,
+        "ADHERENCE_PROMPTS": 16,
+    },
+}
+
+
+def _check_profile(profile: str) -> str:
+    if profile not in PROFILES:
+        raise ValueError(
+            f"Unknown profile {profile!r}: choose one of {', '.join(PROFILES)} "
+            f"(set {PROFILE_VAR}=smoke, or unset it for the full profile)."
+        )
+    return profile
+
+
+def default_checkpoints() -> Path:
+    return Path(os.environ.get(CHECKPOINTS_VAR) or REPO / "build" / "checkpoints")
+
+
+def overrides(notebook: str, profile: str, checkpoints: str | os.PathLike | None = None) -> dict:
+    """The values ``profile`` sets in the parameters cell of ``notebook`` (a stem such as
+    ``"01_sdxl_in_jax"``), with ``{repo}`` and ``{checkpoints}`` filled in."""
+    _check_profile(profile)
+    if profile == "full":
+        return {}
+    if notebook not in SMOKE:
+        raise KeyError(
+            f"No smoke settings for {notebook!r}: add them to SMOKE in sdaccel/course/run_profiles.py."
+        )
+    folder = str(checkpoints or default_checkpoints())
+
+    def fill(value):
+        if isinstance(value, str):
+            return value.replace("{checkpoints}", folder).replace("{repo}", str(REPO))
+        if isinstance(value, list):
+            return [fill(v) for v in value]
+        return value
+
+    return {key: fill(value) for key, value in SMOKE[notebook].items()}
+
+
+def tiny_checkpoints_needed(notebook: str) -> set[str]:
+    """Names of the ``{checkpoints}/<name>`` random-weight checkpoints the smoke profile of a notebook uses."""
+    return set(re.findall(r"\{checkpoints\}/([\w\-]+)", repr(SMOKE.get(notebook, {}))))
+
+
+def active_profile(environ=None) -> str:
+    """The kernel's profile: ``$SDACCEL_PROFILE``, or ``full`` where it is unset."""
+    environ = os.environ if environ is None else environ
+    return _check_profile(environ.get(PROFILE_VAR) or "full")
+
+
+def describe_devices(environ=None) -> str:
+    """Which devices the notebook will see, read from the environment without starting JAX (a
+    notebook may still change JAX's configuration before its first computation)."""
+    environ = os.environ if environ is None else environ
+    flags = re.search(r"--xla_force_host_platform_device_count=(\d+)", environ.get("XLA_FLAGS", ""))
+    platforms = environ.get("JAX_PLATFORMS", "")
+    if platforms == "cpu":
+        jax_devices = f"JAX on the CPU with {flags.group(1) if flags else 1} simulated device(s)"
+    elif os.path.exists("/dev/accel0") or os.path.exists("/dev/vfio/0"):
+        jax_devices = "JAX on this VM's TPU chips (one process at a time can hold them)"
+    else:
+        jax_devices = f"JAX on its default backend ({platforms or 'TPU or GPU where present, else the CPU'})"
+    return f"{jax_devices}; CPU: {env.cpu_model() or 'unknown'}, {os.cpu_count()} logical cores"
+
+
+#: What libtpu says when another process holds the chips (its messages differ between releases).
+TPU_BUSY_MESSAGES = ("TPU is already in use", "TPU is busy", "Device or resource busy")
+TPU_BUSY_HINT = (
+    "Only one process at a time can hold a TPU VM's chips, and another one holds them: shut down the "
+    "other notebook's kernel (Kernel > Shut Down Kernel) or stop the script that uses them "
+    "(`sudo lsof -w /dev/accel* /dev/vfio/*` names it), then restart this kernel and run it again."
+)
+
+
+def tpu_busy_hint(error: BaseException) -> str | None:
+    """:data:`TPU_BUSY_HINT` when ``error`` is JAX failing to open chips that another process holds."""
+    return TPU_BUSY_HINT if any(m in str(error) for m in TPU_BUSY_MESSAGES) else None
+
+
+def _traceback_with_tpu_hint(shell, etype, value, tb, tb_offset=None):
+    """An IPython handler for RuntimeError (IPython calls it instead of showing the error): the
+    usual traceback, then the hint where it applies."""
+    shell.showtraceback((etype, value, tb), tb_offset=tb_offset)
+    hint = tpu_busy_hint(value)
+    if hint:
+        print(hint)
+
+
+def _explain_tpu_busy() -> None:
+    """In a notebook kernel, follow a "TPU is busy" error of any later cell (where JAX starts) with the fix."""
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return
+    shell = get_ipython()
+    if shell is not None:
+        shell.set_custom_exc((RuntimeError,), _traceback_with_tpu_hint)
+
+
+@dataclass
+class Started:
+    """What :func:`start` applied: the profile, the overrides, and the one line it printed."""
+
+    profile: str
+    overrides: dict
+    line: str
+
+
+def start(notebook: str, namespace: dict | None = None) -> Started:
+    """Apply the kernel's profile to a notebook's parameters and say which profile and devices it has.
+
+    Called in the cell right after the parameters cell, with ``globals()``: under the smoke
+    profile it sets the same values that the runner injects with papermill (doing it twice
+    changes nothing). It also quiets the known noise of the libraries (:func:`sdaccel.course.notebook.quiet`),
+    and makes a "TPU is busy" error of a later cell say how to free the chips.
+    """
+    quiet()
+    _explain_tpu_busy()
+    profile = active_profile()
+    values = overrides(notebook, profile)
+    if namespace is not None:
+        namespace.update(values)
+    if profile == "smoke":
+        what = f"smoke: {len(values)} settings swapped for the 1 M-parameter tiny-shapes checkpoints"
+    else:
+        what = f"full: the parameters cell as written (set {PROFILE_VAR}=smoke for a quick run)"
+    line = f"Profile {what}.\nDevices: {describe_devices()}."
+    print(line)
+    return Started(profile, values, line)
+
+
+def lab_command(profile: str, args: list[str], environ=None) -> tuple[list[str], dict]:
+    """The command line and environment of JupyterLab on ``notebooks/`` under ``profile``."""
+    _check_profile(profile)
+    environ = os.environ if environ is None else environ
+    jupyter = shutil.which("jupyter", path=os.path.dirname(sys.executable)) or shutil.which("jupyter")
+    if jupyter is None:
+        raise SystemExit("jupyter is not installed here: pip install -r requirements-cpu.txt -e .")
+    kernel_env = {**KERNEL_ENV[profile], CHECKPOINTS_VAR: str(default_checkpoints())}
+    return [jupyter, "lab", *args, str(REPO / "notebooks")], {**environ, **kernel_env}
+
+
+def lab(profile: str, args: list[str]) -> None:
+    """Replace this process by JupyterLab with the kernel environment of ``profile``."""
+    argv, environ = lab_command(profile, args)
+    print(f"JupyterLab, {profile} profile: " + " ".join(f"{k}={v}" for k, v in KERNEL_ENV[profile].items()))
+    os.execve(argv[0], argv, environ)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Open the notebooks in JupyterLab under a profile.")
+    parser.add_argument(
+        "command", choices=["lab", "env"], help="lab: start JupyterLab; env: print the variables"
+    )
+    parser.add_argument("--profile", default="smoke", choices=PROFILES)
+    args, rest = parser.parse_known_args(argv)
+    if args.command == "env":
+        for key, value in KERNEL_ENV[args.profile].items():
+            print(f"export {key}={value}")
+        return 0
+    lab(args.profile, rest)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

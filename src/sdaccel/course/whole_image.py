@@ -1,0 +1,634 @@
+"""Whole-image time: prompt to PIL image, for any front-end of :mod:`sdaccel.core.contract`.
+
+A step time hides what the rest of the call costs (the text encoders, the VAE decode, the
+scheduler), and few-step recipes (LCM, a tiny VAE) change exactly that rest. So the unit here is
+one call, ``generate(prompt) -> PIL image``, timed from outside by the wall clock, and by the CPU
+seconds the process spent in it (all its threads: on a CPU that other work shares, the wall time
+of a call grows with that work, its CPU seconds much less):
+
+- :func:`time_calls` runs an untimed warm-up call, then ``runs`` timed calls, and keeps for each
+  the whole time and its split into encode / denoise / decode where the front-end reports it
+  (``result.timings``: ``encode_s``; ``vae_decoder_s`` in the OpenVINO loop; a JAX pipeline
+  reports ``denoise_decode_s`` as one piece). Compile time (``compile_s``, JAX) is excluded
+  from the whole time and kept apart.
+- :func:`summarize` reduces the runs to medians; :func:`composed_seconds` builds a whole-image
+  figure from measured parts (encode + steps x one step + decode) where a full run would not fit
+  the time, and says so.
+- :func:`unet_row_flops` and :func:`tpu_floor` derive the FLOPs and the time floor of a program
+  from XLA's cost analysis recorded by :mod:`sdaccel.tpu.plan`.
+
+- :func:`read_table` reads the JSON that ``benchmarks/bench_whole_image.py`` writes into rows to
+  show, each with its ratio to the PyTorch fp32 row of the same file; :func:`markdown_table`,
+  :func:`segments` (the parts of a bar chart) and :func:`findings` (sentences computed from the
+  rows) show them, in the script's own table (:func:`format_table`) and in notebook 06.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+#: The parts of a whole image, in call order.
+PARTS = ("encode_s", "denoise_s", "decode_s", "denoise_decode_s")
+
+
+def split_timings(timings: dict) -> dict[str, float | None]:
+    """``result.timings`` -> encode / denoise / decode seconds, and denoise + decode (``None`` where
+    not reported: a JAX pipeline runs denoise and decode as one program)."""
+    encode = timings.get("encode_s")
+    decode = timings.get("vae_decoder_s")
+    rest = timings.get("denoise_decode_s")
+    denoise = None if rest is None or decode is None else rest - decode
+    return {"encode_s": encode, "denoise_s": denoise, "decode_s": decode, "denoise_decode_s": rest}
+
+
+def time_calls(
+    call: Callable[[], object],
+    runs: int,
+    warmup: Callable[[], object] | None = None,
+    clock: Callable[[], float] = time.perf_counter,
+    cpu_clock: Callable[[], float] = time.process_time,
+) -> dict:
+    """Time ``runs`` calls of ``call()`` (each returns a ``GenerationResult``, or a PIL image /
+    anything else when the front-end has no timings), after one untimed ``warmup()`` (default:
+    ``call``). Returns ``{"image_s": [...], "cpu_s": [...], "encode_s": [...], "denoise_s": [...],
+    "decode_s": [...], "denoise_decode_s": [...], "compile_s": [...], "warmup_s": s}``: per run, the
+    wall time of the call minus the compile time it reports (``timings["compile_s"]``), the CPU
+    seconds of this process during the call (``cpu_clock``: every thread of it; a call that
+    compiles counts its compile here too, so warm up first), and its parts (``None`` where not
+    reported)."""
+    if runs < 1:
+        raise ValueError(f"runs must be at least 1, got {runs}.")
+    start = clock()
+    (warmup or call)()
+    out: dict = {"warmup_s": clock() - start, "image_s": [], "cpu_s": [], "compile_s": []}
+    out.update({part: [] for part in PARTS})
+    for _ in range(runs):
+        start, cpu_start = clock(), cpu_clock()
+        result = call()
+        wall, cpu = clock() - start, cpu_clock() - cpu_start
+        timings = dict(getattr(result, "timings", None) or {})
+        compile_s = float(timings.get("compile_s", 0.0))
+        out["image_s"].append(wall - compile_s)
+        out["cpu_s"].append(cpu)
+        out["compile_s"].append(compile_s)
+        for part, value in split_timings(timings).items():
+            out[part].append(value)
+    return out
+
+
+def _median(values: Iterable[float | None]) -> float | None:
+    values = list(values)
+    if not values or any(v is None for v in values):
+        return None
+    return statistics.median(values)
+
+
+def summarize(times: dict, baseline_s: float | None = None, baseline_cpu_s: float | None = None) -> dict:
+    """Medians of :func:`time_calls`' runs; ``ratio``: ``baseline_s`` / the median whole-image
+    time (how many times faster than the baseline; ``None`` without a baseline), and
+    ``cpu_ratio`` the same in CPU seconds (``None`` without ``baseline_cpu_s`` or ``cpu_s``)."""
+    image = _median(times["image_s"])
+    if image is None:
+        raise ValueError("no timed runs to summarize")
+    out = {"image_s": image, "runs": len(times["image_s"])}
+    out.update({part: _median(times.get(part, [])) for part in PARTS})
+    out["cpu_s"] = _median(times.get("cpu_s", []))
+    out["ratio"] = None if baseline_s is None else baseline_s / image
+    out["cpu_ratio"] = None if None in (baseline_cpu_s, out["cpu_s"]) else baseline_cpu_s / out["cpu_s"]
+    if times.get("composed"):  # from compose(): one composed figure from `runs` calls of each length
+        out["composed"] = times["composed"]
+        out["runs"] = times["composed"]["runs"]
+    return out
+
+
+def composed_seconds(encode_s: float, step_s: float, steps: int, decode_s: float) -> float:
+    """A whole image composed from measured parts: the encode, ``steps`` times one denoising
+    step (UNet call and scheduler), the decode. Label such figures as composed wherever shown."""
+    if steps < 1 or min(encode_s, step_s, decode_s) < 0:
+        raise ValueError(
+            f"need steps >= 1 and non-negative parts, got {encode_s=}, {step_s=}, {steps=}, {decode_s=}."
+        )
+    return encode_s + steps * step_s + decode_s
+
+
+def compose(short: dict, long: dict, a: int, b: int, steps: int) -> dict:
+    """A whole image of ``steps`` steps composed from :func:`time_calls`' runs of calls of ``a``
+    and of ``b`` steps (``1 <= a < b``), where one call of ``steps`` would not fit the time.
+
+    One step (UNet call and scheduler) costs the difference of the two calls over ``b - a``, in
+    wall time and in CPU seconds (medians of the runs of each); the encode and the decode are the
+    medians over every call (they do not depend on the steps). The whole image is
+    :func:`composed_seconds` of them plus the rest of a call of ``a`` steps (scheduler set-up,
+    post-processing), which is the call of ``a`` steps plus ``steps - a`` step times. The
+    denoise parts are those of the call of ``a`` steps plus ``steps - a`` step times.
+
+    Returns a dict shaped as :func:`time_calls`' (one value per list, so :func:`summarize` reads
+    it) with ``composed``: ``{"from_steps": [a, b], "steps", "runs", "step_s", "step_cpu_s",
+    "rest_s", "calls": {a: medians, b: medians}}``. Raises ``ValueError`` when the step time is not
+    positive (the two calls differ by less than their noise: take ``b`` further from ``a``)."""
+    if not 1 <= a < b:
+        raise ValueError(f"need 1 <= a < b, got {a=}, {b=}.")
+    if steps < 1:
+        raise ValueError(f"steps must be at least 1, got {steps}.")
+    med = {
+        n: {k: _median(t.get(k, [])) for k in ("image_s", "cpu_s", *PARTS)}
+        for n, t in ((a, short), (b, long))
+    }
+    for n in (a, b):
+        if med[n]["image_s"] is None:
+            raise ValueError(f"no timed calls of {n} steps to compose from")
+    step = (med[b]["image_s"] - med[a]["image_s"]) / (b - a)
+    if step <= 0:
+        raise ValueError(
+            f"the call of {b} steps ({med[b]['image_s']:.4g} s) was not slower than the call of {a} "
+            f"({med[a]['image_s']:.4g} s): the step time is below the noise; take b further from a."
+        )
+    cpu_step = None
+    if None not in (med[a]["cpu_s"], med[b]["cpu_s"]):
+        cpu_step = (med[b]["cpu_s"] - med[a]["cpu_s"]) / (b - a)
+    encode = _median([*short.get("encode_s", []), *long.get("encode_s", [])])
+    decode = _median([*short.get("decode_s", []), *long.get("decode_s", [])])
+    rest = med[a]["image_s"] - a * step - (encode or 0.0) - (decode or 0.0)
+    image = composed_seconds(encode or 0.0, step, steps, decode or 0.0) + rest
+    extra = (steps - a) * step
+    denoise_decode = None if med[a]["denoise_decode_s"] is None else med[a]["denoise_decode_s"] + extra
+    cpu = None if cpu_step is None else med[a]["cpu_s"] + (steps - a) * cpu_step
+    compile_s = _median([*short.get("compile_s", []), *long.get("compile_s", [])])
+    return {
+        "image_s": [image],
+        "cpu_s": [cpu],
+        "encode_s": [encode],
+        "denoise_s": [None if None in (denoise_decode, decode) else denoise_decode - decode],
+        "decode_s": [decode],
+        "denoise_decode_s": [denoise_decode],
+        "compile_s": [compile_s],
+        "warmup_s": short.get("warmup_s"),
+        "composed": {
+            "from_steps": [a, b],
+            "steps": steps,
+            "runs": min(len(short["image_s"]), len(long["image_s"])),
+            "step_s": step,
+            "step_cpu_s": cpu_step,
+            "rest_s": rest,
+            "calls": {str(n): med[n] for n in (a, b)},
+        },
+    }
+
+
+def composed_label(composed: dict | None) -> str:
+    """`` (composed from calls of a and b steps)`` for a composed row, else ``""``."""
+    if not composed:
+        return ""
+    a, b = composed.get("from_steps") or ("?", "?")
+    return f" (composed from calls of {a} and {b} steps)"
+
+
+# ----------------------------------------------------------------------------------------------
+# The TPU floor, from the FLOPs that sdaccel.tpu.plan recorded
+# ----------------------------------------------------------------------------------------------
+
+
+def unet_row_flops(plan_files: Iterable[str | os.PathLike], rel_tol: float = 1e-6) -> dict:
+    """FLOPs of one UNet call on one latent (batch 1, no guidance) at the plans' size, from the
+    ``flops.unet_call`` of each row of ``tpu_plan`` JSON files: XLA's cost analysis of one UNet
+    call at ``global_batch`` images, doubled with guidance. Every row must give the same figure
+    per latent (the UNet's FLOPs grow linearly with the batch), else this raises.
+
+    Returns ``{"flops": ..., "height": ..., "width": ..., "dtype": ..., "sources": [...]}``."""
+    found = []
+    for path in plan_files:
+        data = json.loads(Path(path).read_text())
+        for row in data["rows"]:
+            call = (row.get("flops") or {}).get("unet_call")
+            if not call:
+                continue
+            latents = row["global_batch"] * (2 if row["guidance"] else 1)
+            found.append(
+                {
+                    "file": str(path),
+                    "unet_call": call,
+                    "latents": latents,
+                    "per_latent": call / latents,
+                    "size": (row["height"], row["width"]),
+                    "dtype": row["dtype"],
+                }
+            )
+    if not found:
+        raise ValueError("no row of the plan files records flops.unet_call")
+    first = found[0]
+    for other in found[1:]:
+        if other["size"] != first["size"]:
+            raise ValueError(f"plans of different sizes: {first['size']} and {other['size']}")
+        if abs(other["per_latent"] - first["per_latent"]) > rel_tol * first["per_latent"]:
+            raise ValueError(
+                f"UNet FLOPs per latent disagree: {first['per_latent']:.6g} ({first['file']}) and "
+                f"{other['per_latent']:.6g} ({other['file']})"
+            )
+    height, width = first["size"]
+    return {
+        "flops": first["per_latent"],
+        "height": height,
+        "width": width,
+        "dtype": first["dtype"],
+        "sources": [{k: f[k] for k in ("file", "unet_call", "latents")} for f in found],
+    }
+
+
+def tpu_floor(
+    unet_flops: float,
+    steps: int,
+    guidance: bool,
+    decode_flops: float | None,
+    peak_flops: float,
+    encode_flops: float = 0.0,
+) -> dict:
+    """FLOPs of one image and its time floor at ``peak_flops``: ``steps`` UNet calls on one
+    latent (two with ``guidance``), plus the VAE decode and the text encoders when known."""
+    if steps < 1 or peak_flops <= 0:
+        raise ValueError(f"need steps >= 1 and a positive peak, got {steps=}, {peak_flops=}.")
+    unet = steps * (2 if guidance else 1) * unet_flops
+    total = unet + (decode_flops or 0.0) + encode_flops
+    return {
+        "unet_flops": unet,
+        "decode_flops": decode_flops,
+        "encode_flops": encode_flops,
+        "flops": total,
+        "floor_s": total / peak_flops,
+        "unet_floor_s": unet / peak_flops,
+        "peak_flops": peak_flops,
+    }
+
+
+# ----------------------------------------------------------------------------------------------
+# The table of a benchmarks/bench_whole_image.py JSON
+# ----------------------------------------------------------------------------------------------
+
+#: The rows of ``benchmarks/bench_whole_image.py``, in the order the tables show them.
+ROWS = (
+    "torch_fp32_20",
+    "ov_float_20",
+    "ov_int8_weights_20",
+    "ov_hybrid_20",
+    "ov_full_int8_20",
+    "lcm4_lora_int8",
+    "lcm4_lora_int8_taesd",
+    "jax_fp32_20",
+    "jax_lcm4_lora_taesd",
+)
+#: The row every ratio is taken against.
+BASELINE = "torch_fp32_20"
+#: The smallest share of the whole image that :func:`segments` shows as a part of its own ("rest").
+REST_SHOWN = 0.01
+
+
+#: How far above the core count the 1-minute load average of a row may go before the table says
+#: that other work shared the CPU: a run alone keeps the cores busy with its rows' threads, and its
+#: parent, the watchdog and the artifacts just made push the average a little above the count
+#: (2.3 on 2 cores, measured with nothing else running).
+SHARED_LOAD_MARGIN = 1.0
+#: How the tables name the benchmark's models (``settings["model"]``).
+MODEL_NAMES = {"sd15": "SD 1.5", "sdxl": "SDXL"}
+
+
+def model_name(model: str) -> str:
+    """The name a reader knows a benchmark model by: ``"sd15"`` -> ``"SD 1.5"``; any other as given."""
+    return MODEL_NAMES.get(model, model)
+
+
+#: The reference runs kept in ``benchmarks/results`` that notebook 06 opens with, in this order.
+REFERENCE_FILES = ("whole_image_sd15.json", "whole_image_sdxl.json")
+
+
+def reference_files(results_dir: str | os.PathLike, given=None) -> list[Path]:
+    """The whole-image JSONs to show: ``given`` (one path, or a list of paths), else those of
+    :data:`REFERENCE_FILES` that ``results_dir`` holds. Raises ``FileNotFoundError`` naming a
+    given file that is not there, or when there is none to show."""
+    if given is None:
+        paths = [Path(results_dir) / name for name in REFERENCE_FILES]
+        paths = [p for p in paths if p.is_file()]
+    else:
+        paths = [Path(p) for p in ([given] if isinstance(given, str | os.PathLike) else given)]
+        missing = [str(p) for p in paths if not p.is_file()]
+        if missing:
+            raise FileNotFoundError(
+                f"no whole-image results at {', '.join(missing)}: make them with `python "
+                "benchmarks/bench_whole_image.py sd15 --out <file>` (or `sdxl --compose`), or pass the path of such "
+                "a file."
+            )
+    if not paths:
+        raise FileNotFoundError(
+            f"no whole-image results in {results_dir} (looked for {', '.join(REFERENCE_FILES)})."
+        )
+    return paths
+
+
+def describe(table: dict, name: str, tier: str) -> list[str]:
+    """Two sentences that say what :func:`read_table`'s ``table`` (from the file ``name``) is: the
+    model, size and runs behind each row, and the CPU it was measured on, with its instruction-set
+    ``tier`` (``sdaccel.cpu.families.isa_tier`` of its flags) and the flags."""
+    s, m = table["settings"], table["machine"]
+    runs = s.get("runs")
+    compose = s.get("compose")
+    composed = any(r["composed"] for r in table["rows"].values())
+    how = f"one warm-up call, then {runs} timed call{'s' if runs != 1 else ''} (the table shows the median)"
+    if compose and composed:
+        how += f"; rows marked composed timed calls of {compose[0]} and {compose[1]} steps instead"
+    flags = m["flags"]
+    return [
+        f"{name}: {model_name(s['model'])} at {s['size']}x{s['size']}, one image per call; {how}.",
+        f"Measured on {m['cpu']}, {m['logical_cores']} logical cores, {tier} "
+        f"(flags present: {', '.join(k for k, v in flags.items() if v) or 'none'}; "
+        f"absent: {', '.join(k for k, v in flags.items() if not v) or 'none'}).",
+    ]
+
+
+def _row_order(key: str) -> float:
+    """Where a row key sorts: :data:`ROWS`' order; the few-step OpenVINO rows of further INT8
+    recipes (``lcm4_lora_<variant>``, ``lcm4_lora_<variant>_taesd``) right after the first
+    recipe's; any other key last."""
+    if key in ROWS:
+        return ROWS.index(key)
+    if key.startswith("lcm4_lora_"):
+        return ROWS.index("lcm4_lora_int8_taesd") + 0.5
+    return len(ROWS)
+
+
+def read_table(source: str | os.PathLike | dict) -> dict:
+    """The rows of a ``bench_whole_image.py`` JSON (a path, or the loaded dict) ready to show.
+
+    Returns ``{"machine": {"cpu", "logical_cores", "flags"}, "settings", "command", "baseline_s",
+    "baseline_cpu_s", "has_cpu_s", "shared_cpu", "rows": {key: row}}``, the rows in :data:`ROWS`
+    order (further INT8 recipes' few-step rows after the first's, keys it does not know last).
+    Each row: ``title``, ``ok``, ``error``, ``steps``, ``image_s``, ``encode_s``, ``denoise_s``, ``decode_s``, ``denoise_decode_s`` (``None`` where not reported),
+    ``x_torch_fp32`` (the PyTorch fp32 row's whole-image seconds over this row's, from the
+    :data:`BASELINE` row of the same file; ``None`` without it), ``cpu_s`` (the CPU seconds of the
+    process during the call; ``None`` in files made before they were recorded) and
+    ``x_torch_fp32_cpu`` (the same ratio in CPU seconds), ``precision`` (the UNet's),
+    ``unet_batch``, ``compile_s``, ``unet_layers``, ``load_avg``, ``composed`` (``{"from_steps":
+    [a, b]}`` for a row whose whole image :func:`compose` made from calls of ``a`` and ``b``
+    steps instead of one call of ``steps``, and its title then says so; ``None`` for a row
+    measured end to end). A failed row (``ok: false``) is kept with its error and no times.
+    ``shared_cpu``: some row ran while the 1-minute load average was more than
+    :data:`SHARED_LOAD_MARGIN` above the core count (other work shared the CPU, so the seconds
+    run high)."""
+    where = "the given dict"
+    if not isinstance(source, dict):
+        where = str(source)
+        path = Path(source)
+        if not path.is_file():
+            raise FileNotFoundError(
+                f"no whole-image results at {path}: make them with `python benchmarks/bench_whole_image.py "
+                "sd15 --out <file>`, or pass the path of such a file."
+            )
+        source = json.loads(path.read_text())
+    missing = [key for key in ("machine", "settings", "rows") if key not in source]
+    if missing:
+        raise ValueError(
+            f"{where} is not a benchmarks/bench_whole_image.py JSON: it has no {missing} "
+            f"(it has {sorted(source)})."
+        )
+    settings, machine = source["settings"], source["machine"]
+    keys = sorted(source["rows"], key=lambda k: (_row_order(k), k))
+    base_row = source["rows"].get(BASELINE, {})
+    baseline_s = (base_row.get("median") or {}).get("image_s") if base_row.get("ok") else None
+    baseline_cpu_s = (base_row.get("median") or {}).get("cpu_s") if base_row.get("ok") else None
+    cores = machine.get("logical_cores")
+    rows, shared = {}, False
+    for key in keys:
+        raw = source["rows"][key]
+        median = raw.get("median") or {}
+        ok = bool(raw.get("ok")) and median.get("image_s") is not None
+        error = raw.get("error") or (None if ok else "no whole-image time recorded")
+        precision = raw.get("precision") or {}
+        load = raw.get("load_avg")
+        if ok and load and cores and max(load) > cores + SHARED_LOAD_MARGIN:
+            shared = True
+        image_s = median.get("image_s") if ok else None
+        cpu_s = median.get("cpu_s") if ok else None
+        composed = raw.get("composed") or median.get("composed")
+        composed = {"from_steps": list(composed["from_steps"])} if composed else None
+        title = raw.get("title") or key
+        if composed and "(composed" not in title:
+            title += composed_label(composed)
+        rows[key] = {
+            "title": title,
+            "composed": composed,
+            "ok": ok,
+            "error": None if ok else error,
+            "steps": settings.get("few_steps") if "lcm" in key else settings.get("steps"),
+            "image_s": image_s,
+            **{part: (median.get(part) if ok else None) for part in PARTS},
+            "x_torch_fp32": None if image_s is None or baseline_s is None else baseline_s / image_s,
+            "cpu_s": cpu_s,
+            "x_torch_fp32_cpu": None if None in (cpu_s, baseline_cpu_s) else baseline_cpu_s / cpu_s,
+            "precision": precision.get("unet", precision.get("all")),
+            "unet_batch": raw.get("unet_batch"),
+            "compile_s": raw.get("compile_s"),
+            "unet_layers": raw.get("unet_layers"),
+            "load_avg": load,
+        }
+    return {
+        "machine": {
+            "cpu": machine.get("cpu") or "unknown CPU",
+            "logical_cores": cores,
+            "flags": machine.get("cpu_flags") or {},
+        },
+        "settings": settings,
+        "command": source.get("command"),
+        "baseline_s": baseline_s,
+        "baseline_cpu_s": baseline_cpu_s,
+        "has_cpu_s": any(row["cpu_s"] is not None for row in rows.values()),
+        "shared_cpu": shared,
+        "rows": rows,
+    }
+
+
+def segments(row: dict) -> list[tuple[str, float]]:
+    """A row's whole-image seconds as consecutive parts that add up to ``image_s``: ``encode``,
+    ``denoise``, ``decode`` (or ``denoise + decode`` where they ran as one program), and ``rest``
+    (what the call spent outside the parts: scheduler set-up, post-processing) when above
+    :data:`REST_SHOWN` of the whole (below it, timer noise that no chart would show).
+    A row with no split is one part, ``whole image``; a failed row has none."""
+    if not row["ok"]:
+        return []
+    image = row["image_s"]
+    if row["decode_s"] is not None and row["denoise_s"] is not None:
+        middle = [("denoise", row["denoise_s"]), ("decode", row["decode_s"])]
+    elif row["denoise_decode_s"] is not None:
+        middle = [("denoise + decode", row["denoise_decode_s"])]
+    else:
+        return [("whole image", image)]
+    parts = ([("encode", row["encode_s"])] if row["encode_s"] is not None else []) + middle
+    rest = image - sum(s for _, s in parts)
+    if rest > REST_SHOWN * image:
+        parts.append(("rest", rest))
+    return parts
+
+
+def findings(table: dict) -> list[str]:
+    """One to four sentences that follow from :func:`read_table`'s numbers: the fastest
+    configuration against PyTorch fp32, the fastest at the full step count when fewer steps won,
+    how much of an image the encode and decode take, and, when some rows were composed
+    (:func:`compose`), that those were not run end to end."""
+    ok = {key: row for key, row in table["rows"].items() if row["ok"]}
+    if not ok:
+        return ["No configuration of this file finished: it holds failed rows only."]
+    cpu = table["machine"]["cpu"]
+    fastest_key = min(ok, key=lambda k: ok[k]["image_s"])
+    fastest = ok[fastest_key]
+    base = ok.get(BASELINE)
+
+    def made(row):  # a composed row was not run end to end: its figure is not "made"
+        return "comes to an image in" if row["composed"] else "made an image in"
+
+    composed = [r for r in ok.values() if r["composed"]]
+    note = []
+    if composed:
+        pairs = sorted({tuple(r["composed"]["from_steps"]) for r in composed})
+        calls = " or ".join(f"{a} and {b}" for a, b in pairs)
+        note = [
+            f"The {len(composed)} row(s) marked composed were not run end to end: each is a call of "
+            f"fewer steps plus the missing steps at one step's time, the difference of calls of {calls} "
+            "steps."
+        ]
+    if base is None:
+        return [
+            f"On {cpu} the fastest configuration, {fastest['title']}, {made(fastest)} "
+            f"{fastest['image_s']:.1f} s (this file has no PyTorch fp32 row to compare it with)."
+        ] + note
+    base_s = f"{base['image_s']:.1f} s" + (", composed" if base["composed"] else "")
+    out = [
+        f"On {cpu} the fastest configuration, {fastest['title']}, {made(fastest)} "
+        f"{fastest['image_s']:.1f} s: {fastest['x_torch_fp32']:.1f}x faster than PyTorch fp32 at "
+        f"{base['steps']} steps ({base_s})."
+    ]
+    if fastest["x_torch_fp32_cpu"] is not None:
+        out[0] = out[0][:-1] + (
+            f", and {fastest['x_torch_fp32_cpu']:.1f}x in CPU seconds ({fastest['cpu_s']:.1f} against "
+            f"{base['cpu_s']:.1f}), which other work on the same cores changes less than the wall time."
+        )
+    full = {k: r for k, r in ok.items() if k != BASELINE and r["steps"] == base["steps"]}
+    if full and fastest["steps"] != base["steps"]:
+        best = min(full.values(), key=lambda r: r["image_s"])
+        out.append(
+            f"At the same {base['steps']} steps the fastest was {best['title']} "
+            f"({best['x_torch_fp32']:.1f}x); {fastest['steps']} steps took it to {fastest['x_torch_fp32']:.1f}x."
+        )
+
+    def ends(row):
+        if None in (row["encode_s"], row["decode_s"]):
+            return None
+        return (row["encode_s"] + row["decode_s"]) / row["image_s"]
+
+    split = [r for k, r in ok.items() if k != BASELINE and ends(r) is not None]
+    if ends(base) is not None and split:
+        most = max(split, key=ends)
+        image = "composed image" if base["composed"] else "image"
+        text = f"Encode and decode were {ends(base):.0%} of PyTorch fp32's {image} and {ends(most):.0%} of {most['title']}'s"
+        least = min(split, key=ends)
+        if ends(least) < ends(most) / 2:
+            text += f" ({ends(least):.0%} with {least['title']})"
+        if ends(most) > 2 * ends(base):
+            text += ": with few UNet steps the rest of the call weighs more, which seconds per step leave out"
+        out.append(text + ".")
+    return out + note
+
+
+def _cell(value: float | None, digits: int = 2) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def markdown_table(table: dict, notes: bool = False) -> str:
+    """:func:`read_table`'s rows as a markdown table, one line per row (a failed row says so and
+    why). ``notes``: add the UNet batch and a notes column (compile time kept apart, the UNet's
+    layer precisions, the load average around the row) as the benchmark's own table has them.
+    A file that recorded CPU seconds gets two more columns: each row's CPU seconds and its ratio
+    to PyTorch fp32 in CPU seconds."""
+    steps = table["settings"].get("steps")
+    cpu = table.get("has_cpu_s", False)
+    columns = [
+        "configuration",
+        "whole image s",
+        "encode s",
+        "denoise s",
+        "decode s",
+        f"x PyTorch fp32, {steps} steps",
+        *(["CPU s", "x PyTorch fp32 (CPU s)"] if cpu else []),
+        "precision (UNet)",
+    ]
+    if notes:
+        columns += ["UNet batch", "notes"]
+    lines = [
+        "| " + " | ".join(columns) + " |",
+        "|---|" + "---:|" * (7 if cpu else 5) + "---|" + ("---:|---|" if notes else ""),
+    ]
+    for row in table["rows"].values():
+        title = row["title"].replace("|", "/")
+        if not row["ok"]:
+            error = " ".join(str(row["error"]).split()).replace("|", "/")[:80]
+            cells = [title, "failed"] + [""] * (len(columns) - 2 - (2 if notes else 0))
+            cells += ["", error] if notes else []
+            if not notes:
+                cells[0] = f"{title} (failed: {error})"
+            lines.append("| " + " | ".join(cells) + " |")
+            continue
+        if row["decode_s"] is None and row["denoise_decode_s"] is not None:  # JAX: one program
+            denoise, decode = f"{_cell(row['denoise_decode_s'])} with the decode", "="
+        else:
+            denoise, decode = _cell(row["denoise_s"]), _cell(row["decode_s"])
+        cells = [
+            title,
+            _cell(row["image_s"]),
+            _cell(row["encode_s"]),
+            denoise,
+            decode,
+            _cell(row["x_torch_fp32"]),
+            *([_cell(row["cpu_s"]), _cell(row["x_torch_fp32_cpu"])] if cpu else []),
+            row["precision"] or "-",
+        ]
+        if notes:
+            extra = []
+            if row["compile_s"] is not None:
+                extra.append(f"compile {row['compile_s']:.0f} s apart")
+            if row["unet_layers"]:
+                extra.append("UNet layers " + ", ".join(f"{k}: {v}" for k, v in row["unet_layers"].items()))
+            if row["load_avg"]:
+                extra.append(f"load {row['load_avg'][0]}-{row['load_avg'][1]}")
+            cells += [str(row["unet_batch"] if row["unet_batch"] is not None else "-"), "; ".join(extra)]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def format_table(results: dict) -> str:
+    """The benchmark's own table of a ``bench_whole_image.py`` JSON: a line of settings, the rows
+    with their notes, and the TPU floor when the run computed it."""
+    table = read_table(results)
+    s, m = table["settings"], table["machine"]
+    lines = [
+        f"{s['model']} ({'tiny, quick' if s.get('quick') else 'real architecture, random weights'}), "
+        f"{s['size']}x{s['size']}, one image per call; {m['cpu']}, {m['logical_cores']} cores, "
+        f"median of {s['runs']} runs after a warm-up"
+        + (
+            f"; rows marked composed: {s['steps']} steps composed from calls of {s['compose'][0]} and "
+            f"{s['compose'][1]} steps, not run end to end"
+            if s.get("compose") and any(r["composed"] for r in table["rows"].values())
+            else ""
+        ),
+        "",
+        markdown_table(table, notes=True),
+    ]
+    tpu = results.get("tpu")
+    if tpu:
+        decode = tpu["decode"]["flops"]
+        lines += [
+            "",
+            f"TPU v5e, {tpu['program']}: {tpu['flops'] / 1e12:.1f} TFLOP per image "
+            f"(UNet {tpu['unet_flops'] / 1e12:.1f}, decode {_cell(decode and decode / 1e12, 1)}), "
+            f"floor {tpu['floor_s'] * 1e3:.0f} ms at {tpu['peak_flops'] / 1e12:.0f} TFLOP/s",
+        ]
+    return "\n".join(lines)

@@ -1,0 +1,416 @@
+"""Does every pipeline of this tutorial still draw what it is asked? Prompt adherence, side by side.
+
+    python -m sdaccel.toy.adherence checkpoints/tiny-shapes-sd15 --prompts 96
+    python -m sdaccel.toy.adherence checkpoints/tiny-shapes-sdxl --prompts 96 --out build/adherence/sdxl.json
+
+On a trained shapes checkpoint (:mod:`sdaccel.toy.train`) the same held-out prompts and the
+same initial noise go through:
+
+* ``torch_fp32``: diffusers' own PyTorch pipeline, the reference;
+* ``jax_fp32``: this repository's JAX pipeline (:class:`sdaccel.tpu.pipeline.JaxPipeline`);
+* ``ov_f32``: the OpenVINO export run by :class:`sdaccel.cpu.pipeline.OVPipeline` with
+  ``INFERENCE_PRECISION_HINT=f32``, and ``ov_default``: the same with the plugin's default
+  precision (bf16 on a CPU with AVX-512 BF16 or AMX; the table says which ran);
+* one row per NNCF INT8 variant of the UNet (:data:`sdaccel.cpu.quantize.VARIANTS`, and full
+  INT8 with the ResNets kept in float, :data:`FLOAT_GROUP_VARIANTS`), calibrated on *training*
+  captions (never the evaluated ones), run with the f32 hint so that the INT8 layers are the only
+  difference from ``ov_f32``.
+
+Each row gets the adherence of :func:`sdaccel.toy.dataset.adherence` (the fraction of images whose
+shape *and* colour match the prompt, and each attribute's accuracy) and PSNR/SSIM of its images
+against ``torch_fp32``'s and against ``ov_f32``'s (:func:`sdaccel.cpu.quality.compare_images`).
+The two kinds of number answer different questions: PSNR/SSIM say how far a pipeline moved from
+the reference pixels; adherence says whether the picture is still *right*.
+
+Image ``i`` starts from ``torch.randn`` seeded with ``seed + i`` (NCHW, as diffusers draws it;
+transposed for JAX), so every difference between two rows comes from the pipeline, not the noise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from sdaccel.core.checkpoint import read_config
+from sdaccel.toy import dataset
+
+#: What the rows are compared with: the reference, and the pipeline the INT8 UNets replace into.
+REFERENCES = ("torch_fp32", "ov_f32")
+
+#: Full INT8 with one more layer group kept in float (a regular expression over OpenVINO node
+#: names, added to :data:`sdaccel.cpu.quantize.SENSITIVE_LAYER_PATTERNS`). On these small models
+#: the ResNets' activation quantizers are where full INT8 loses its colours (notebook 05).
+FLOAT_GROUP_VARIANTS = {"full_int8, float resnets": r".*resnets.*"}
+#: The same recipes quantized in parts (:func:`sdaccel.cpu.quantize.quantize_in_parts`): their
+#: rows should match the one-shot ones within the noise.
+PARTS_VARIANTS = {"full_int8 in 3 parts": ("full_int8", 3), "hybrid in 3 parts": ("hybrid", 3)}
+VARIANTS = ("int8_weights", "hybrid", "full_int8", *FLOAT_GROUP_VARIANTS)
+
+
+def paired_latents(folder: str | Path, n: int, size: int, seed: int = 0) -> np.ndarray:
+    """(n, C, size/f, size/f) float32 noise, image ``i`` drawn by ``torch.randn`` from ``seed + i``
+    (f: the VAE's downsampling factor, read from its config)."""
+    import torch
+
+    from sdaccel.cpu.export import vae_scale_factor_of
+
+    side = size // vae_scale_factor_of(folder, "vae")
+    shape = (read_config(folder, "unet")["in_channels"], side, side)
+    return np.stack(
+        [torch.randn(shape, generator=torch.Generator().manual_seed(seed + i)).numpy() for i in range(n)]
+    )
+
+
+def _uint8(arrays: np.ndarray) -> list[np.ndarray]:
+    return [np.clip(np.rint(a * 255.0), 0, 255).astype(np.uint8) for a in np.asarray(arrays, np.float32)]
+
+
+def run_torch(folder, prompts, latents, steps: int, guidance_scale: float, size: int) -> list[np.ndarray]:
+    """diffusers' PyTorch pipeline, fp32 (the reference)."""
+    from sdaccel.cpu.pipeline import run_diffusers
+
+    images = run_diffusers(
+        folder,
+        list(prompts),
+        latents=latents,
+        steps=steps,
+        guidance_scale=guidance_scale,
+        height=size,
+        width=size,
+    )
+    return _uint8(images)
+
+
+def run_jax(folder, prompts, latents, steps: int, guidance_scale: float, size: int) -> list[np.ndarray]:
+    """This repository's JAX pipeline, fp32, from the same noise (transposed to channels-last)."""
+    import jax.numpy as jnp
+
+    from sdaccel.tpu.pipeline import JaxPipeline
+
+    pipe = JaxPipeline.from_pretrained(folder, dtype=jnp.float32, progress=False)
+    result = pipe.generate(
+        list(prompts),
+        steps=steps,
+        guidance_scale=guidance_scale,
+        height=size,
+        width=size,
+        latents=np.transpose(latents, (0, 2, 3, 1)),
+    )
+    return _uint8(result.array)
+
+
+def run_openvino(pipe, prompts, latents, steps: int, guidance_scale: float, size: int) -> list[np.ndarray]:
+    """An :class:`~sdaccel.cpu.pipeline.OVPipeline` (whatever UNet and precision it holds)."""
+    out = pipe.generate(
+        list(prompts), steps=steps, guidance_scale=guidance_scale, height=size, width=size, latents=latents
+    )
+    return _uint8(out.array)
+
+
+def quantize_unet(
+    pipe, unet_xml: Path, work: Path, variants, steps: int, guidance_scale: float, size: int, seed: int = 0
+) -> dict[str, Path]:
+    """Each INT8 variant of ``unet_xml``, calibrated by
+    :func:`sdaccel.toy.calibration.calibrate_on_training_captions` (16 training captions, 64 samples)."""
+    from sdaccel.cpu import quantize
+    from sdaccel.toy.calibration import calibrate_on_training_captions
+
+    calibration = None
+    if any(v != "int8_weights" for v in variants):
+        calibration = calibrate_on_training_captions(
+            pipe, work / "calibration", steps, guidance_scale, size, seed=seed
+        )
+    out = {}
+    for variant in variants:
+        out[variant] = work / f"unet_{variant.replace(', ', '_').replace(' ', '_')}.xml"
+        data = None if variant == "int8_weights" else calibration.folder
+        if variant in PARTS_VARIANTS:
+            recipe, parts = PARTS_VARIANTS[variant]
+            quantize.quantize_ir(unet_xml, out[variant], recipe, data, subset_size=64, parts=parts)
+        elif variant in FLOAT_GROUP_VARIANTS:
+            ignored = [*quantize.SENSITIVE_LAYER_PATTERNS, FLOAT_GROUP_VARIANTS[variant]]
+            quantize.quantize_ir(unet_xml, out[variant], "full_int8", data, subset_size=64, ignored=ignored)
+        else:
+            quantize.quantize_ir(unet_xml, out[variant], variant, data, subset_size=64)
+    return out
+
+
+def evaluate(
+    checkpoint: str | Path,
+    work_dir: str | Path,
+    num_prompts: int = 96,
+    steps: int = 20,
+    guidance_scale: float = 6.0,
+    size: int | None = None,
+    seed: int = 0,
+    pipelines: tuple[str, ...] = ("torch_fp32", "jax_fp32", "ov_f32", "ov_default"),
+    variants: tuple[str, ...] = VARIANTS,
+) -> dict:
+    """Generate the held-out prompts with every pipeline and INT8 variant; return the rows.
+
+    ``work_dir`` receives the OpenVINO export and the quantized UNets (reused when present).
+    ``pipelines`` must include ``"torch_fp32"``, and ``"ov_f32"`` when ``variants`` is not empty.
+    Returns ``{"config": ..., "rows": {name: {"adherence": ..., "vs_torch_fp32": ...,
+    "vs_ov_f32": ..., "seconds": ..., "precision": ...}}, "images": {name: [uint8 arrays]}}``.
+    """
+    from sdaccel.core.checkpoint import resolve_checkpoint
+    from sdaccel.cpu import quality
+    from sdaccel.cpu.export import (
+        export_pipeline,
+        pipeline_class,
+        text_to_image_components,
+        vae_scale_factor_of,
+    )
+    from sdaccel.cpu.pipeline import OVPipeline
+
+    if "torch_fp32" not in pipelines:
+        raise ValueError("pipelines must include 'torch_fp32', the reference every row is compared with.")
+    if variants and "ov_f32" not in pipelines:
+        raise ValueError("The INT8 variants replace the UNet of 'ov_f32': include it in pipelines.")
+    folder = resolve_checkpoint(checkpoint)
+    size = size or read_config(folder, "unet")["sample_size"] * vae_scale_factor_of(folder, "vae")
+    prompts = dataset.heldout_prompts(num_prompts, seed=seed)
+    latents = paired_latents(folder, num_prompts, size, seed)
+    work = Path(work_dir)
+    common = dict(steps=steps, guidance_scale=guidance_scale, size=size)
+    images, seconds, precision = {}, {}, {}
+
+    def timed(name, fn, *args):
+        start = time.perf_counter()
+        images[name] = fn(*args, prompts, latents, **common)
+        seconds[name] = time.perf_counter() - start
+
+    timed("torch_fp32", run_torch, folder)
+    precision["torch_fp32"] = "f32"
+    if "jax_fp32" in pipelines:
+        timed("jax_fp32", run_jax, folder)
+        precision["jax_fp32"] = "f32"
+    export_dir = work / "openvino"
+    if {"ov_f32", "ov_default"} & set(pipelines):
+        export_pipeline(folder, export_dir, components=text_to_image_components(folder), weight_dtype="fp32")
+    if "ov_default" in pipelines:
+        pipe = OVPipeline.from_pretrained(export_dir, precision=None)
+        timed("ov_default", run_openvino, pipe)
+        precision["ov_default"] = pipe.precision
+    if "ov_f32" in pipelines:
+        pipe = OVPipeline.from_pretrained(export_dir, precision="f32")
+        timed("ov_f32", run_openvino, pipe)
+        precision["ov_f32"] = pipe.precision
+        unet_xml = export_dir / "unet" / "openvino_model.xml"
+        for variant, xml in quantize_unet(pipe, unet_xml, work, variants, **common, seed=seed).items():
+            pipe.replace_unet(xml)
+            timed(variant, run_openvino, pipe)
+            precision[variant] = f"int8+{pipe.precision}"
+        pipe.replace_unet(unet_xml)
+
+    from sdaccel.tpu import schedulers
+
+    sampler = read_config(folder, "scheduler")["_class_name"]
+    jax_sampler = sampler if sampler in schedulers.SCHEDULERS else schedulers.FALLBACK  # see from_config
+    order = ["torch_fp32", "jax_fp32", "ov_f32", "ov_default", *variants]  # rows in this order
+    rows = {}
+    for name in sorted(images, key=order.index):
+        imgs = images[name]
+        row = {
+            "adherence": dataset.adherence(imgs, prompts),
+            "precision": precision[name],
+            "sampler": jax_sampler if name == "jax_fp32" else sampler,
+        }
+        for reference in REFERENCES:
+            if reference in images and reference != name:
+                pair = quality.compare_images(images[reference], imgs)
+                row[f"vs_{reference}"] = {k: pair[k] for k in ("psnr_mean", "ssim_mean", "identical")}
+        row["seconds"] = round(seconds[name], 2)
+        rows[name] = row
+    config = {
+        "checkpoint": str(checkpoint),
+        "pipeline": pipeline_class(folder),
+        "prompts": num_prompts,
+        "split": "heldout",
+        "steps": steps,
+        "guidance_scale": guidance_scale,
+        "size": size,
+        "seed": seed,
+    }
+    return {"config": config, "rows": rows, "images": images, "prompts": prompts}
+
+
+def different_samplers(result: dict) -> list[str]:
+    """Rows whose sampler is not the reference's (the JAX pipeline runs Euler in place of PNDM):
+    their PSNR/SSIM against it measure the sampler too, their adherence is still comparable."""
+    reference = result["rows"]["torch_fp32"]["sampler"]
+    return [name for name, row in result["rows"].items() if row["sampler"] != reference]
+
+
+def format_table(result: dict) -> str:
+    """The rows as a Markdown table."""
+
+    def pair(row, reference):
+        p = row.get(f"vs_{reference}")
+        if p is None:
+            return "-", "-"
+        psnr = "identical" if p["identical"] == result["config"]["prompts"] else f"{p['psnr_mean']:.1f}"
+        return psnr, f"{p['ssim_mean']:.3f}"
+
+    lines = [
+        "| pipeline | precision | adherence (colour+shape) | colour | shape | background | position "
+        "| PSNR vs torch (dB) | SSIM vs torch | PSNR vs ov_f32 (dB) | SSIM vs ov_f32 |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for name, row in result["rows"].items():
+        a = row["adherence"]
+        cells = [name, row["precision"], f"**{a['score']:.3f}**"]
+        cells += [f"{a[k]:.3f}" for k in ("colour", "shape", "background", "position")]
+        cells += [*pair(row, "torch_fp32"), *pair(row, "ov_f32")]
+        lines.append("| " + " | ".join(cells) + " |")
+    for name in different_samplers(result):
+        lines.append(
+            f"\n{name} ran {result['rows'][name]['sampler']} (the checkpoint's "
+            f"{result['rows']['torch_fp32']['sampler']} is not implemented there): its PSNR/SSIM "
+            "include the change of sampler."
+        )
+    return "\n".join(lines)
+
+
+def final_latents(pipe, prompts: Sequence[str], latents, steps: int, guidance_scale: float, size: int):
+    """The final (diffusion-scaled) latents of ``pipe`` for ``prompts`` from initial ``latents``."""
+    out = pipe.generate(
+        list(prompts), steps=steps, guidance_scale=guidance_scale, height=size, width=size, latents=latents
+    )
+    return np.asarray(out.latents, np.float32)
+
+
+def vae_decoder_quality(
+    checkpoint: str | os.PathLike,
+    work_dir: str | os.PathLike,
+    variants: Sequence[str] = ("int8_weights", "hybrid", "full_int8"),
+    num_prompts: int = 96,
+    calibration_prompts: int = 16,
+    steps: int = 20,
+    guidance_scale: float = 6.0,
+    seed: int = 0,
+) -> dict:
+    """What each INT8 decoder costs on a trained ``sdaccel.toy.dataset`` checkpoint.
+
+    The f32 pipeline (``INFERENCE_PRECISION_HINT=f32``) generates ``num_prompts`` held-out prompts
+    from the noise of :func:`sdaccel.toy.adherence.paired_latents`; their final latents are
+    decoded by the f32 decoder (the reference) and by each INT8 decoder (compiled with the f32
+    hint, so that INT8 is the only difference). Calibration: the final latents of
+    ``calibration_prompts`` *training* captions. Returns per row the prompt adherence
+    (:func:`sdaccel.toy.dataset.adherence`), PSNR/SSIM against the f32 decoder's images, the size on
+    disk and the quantization counts.
+    """
+    from sdaccel.core.checkpoint import resolve_checkpoint
+    from sdaccel.core.staging import check_writable
+    from sdaccel.cpu.export import MODEL_XML, export_pipeline, text_to_image_components, vae_scale_factor_of
+    from sdaccel.cpu.pipeline import OVPipeline
+    from sdaccel.cpu.quality import compare_images, compile_f32
+    from sdaccel.cpu.quantize import describe_ir, ir_size_bytes
+    from sdaccel.cpu.quantize_vae import VARIANTS as VAE_VARIANTS
+    from sdaccel.cpu.quantize_vae import decode, decoder_inputs, quantize_vae_decoder
+
+    bad = [v for v in variants if v not in VAE_VARIANTS]
+    if bad:
+        raise ValueError(f"unknown INT8 variants {bad}; expected some of {VAE_VARIANTS}")
+    folder = resolve_checkpoint(checkpoint)
+    work = Path(work_dir)
+    check_writable(work)
+    size = read_config(folder, "unet")["sample_size"] * vae_scale_factor_of(folder, "vae")
+    export = export_pipeline(
+        folder,
+        work / "openvino",
+        components=text_to_image_components(folder),
+        weight_dtype="fp32",
+        progress=False,
+    )
+    pipe = OVPipeline.from_pretrained(export, precision="f32")
+    call = dict(steps=steps, guidance_scale=guidance_scale, size=size)
+    prompts = dataset.heldout_prompts(num_prompts, seed=seed)
+    heldout = decoder_inputs(
+        final_latents(pipe, prompts, paired_latents(folder, num_prompts, size, seed), **call), pipe.vae_config
+    )
+    train = dataset.prompts(calibration_prompts, seed=seed + 1, split="train")
+    noise = paired_latents(folder, calibration_prompts, size, seed + 10_000)
+    calibration = decoder_inputs(final_latents(pipe, train, noise, **call), pipe.vae_config)
+    src = export / "vae_decoder" / MODEL_XML
+    reference = _uint8(decode(compile_f32(src), heldout))
+    rows = {
+        "f32": {
+            "adherence": dataset.adherence(reference, prompts),
+            "size_bytes": ir_size_bytes(src),
+            **describe_ir(src),
+        }
+    }
+    for variant in variants:
+        dst = work / f"vae_decoder_{variant}.xml"
+        report = quantize_vae_decoder(src, dst, variant, calibration)
+        images = _uint8(decode(compile_f32(dst), heldout))
+        pair = compare_images(reference, images)
+        rows[variant] = {
+            "adherence": dataset.adherence(images, prompts),
+            "vs_f32": {k: pair[k] for k in ("psnr_mean", "ssim_mean", "identical")},
+            **{k: report[k] for k in ("size_bytes", "seconds", "calibration_samples")},
+            **describe_ir(dst),
+        }
+    return {
+        "config": {
+            "checkpoint": str(checkpoint),
+            "prompts": num_prompts,
+            "split": "heldout",
+            "calibration_prompts": calibration_prompts,
+            "calibration_split": "train",
+            "size": size,
+            "seed": seed,
+            **{k: v for k, v in call.items() if k != "size"},
+            "precision": "f32 hint everywhere; the INT8 layers run in INT8",
+        },
+        "rows": rows,
+    }
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("checkpoint", help="a trained shapes checkpoint (diffusers layout)")
+    parser.add_argument("--prompts", type=int, default=96, help="held-out prompts (default 96)")
+    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--guidance-scale", type=float, default=6.0)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--variants",
+        nargs="*",
+        default=list(VARIANTS),
+        choices=[*VARIANTS, *PARTS_VARIANTS],
+        help="INT8 rows (default: every recipe in one piece)",
+    )
+    parser.add_argument("--work-dir", type=Path, default=None, help="default build/adherence/<name>")
+    parser.add_argument("--out", type=Path, default=None, help="JSON (default <work-dir>/adherence.json)")
+    args = parser.parse_args(argv)
+    work = args.work_dir or Path("build/adherence") / Path(args.checkpoint).name
+    result = evaluate(
+        args.checkpoint,
+        work,
+        num_prompts=args.prompts,
+        steps=args.steps,
+        guidance_scale=args.guidance_scale,
+        seed=args.seed,
+        variants=tuple(args.variants),
+    )
+    table = format_table(result)
+    print(table)
+    out = args.out or work / "adherence.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({k: result[k] for k in ("config", "rows", "prompts")}, indent=2) + "\n")
+    print(f"\nwritten: {out}")
+    return result
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,361 @@
+"""Prompt adherence against the number of steps: the base sampler and an LCM-LoRA, in every pipeline.
+
+    python -m sdaccel.toy.adherence_steps checkpoints/tiny-shapes-sdxl --lora checkpoints/tiny-shapes-sdxl-lcm-lora \\
+        --steps 1 2 3 4 6 8 12 20 --prompts 96 --out benchmarks/results/steps_adherence_tiny-shapes-sdxl.json
+
+Fewer steps is the largest lever on latency, and a distilled adapter (:mod:`sdaccel.toy.distill`)
+is what makes few steps draw the right picture. This sweep says how many steps each sampler
+needs, on the held-out prompts of :mod:`sdaccel.toy.dataset`, in each pipeline:
+
+* ``jax_fp32``: :class:`sdaccel.tpu.pipeline.JaxPipeline`, float32; the adapter fused with ``fuse_lora``;
+* ``ov_f32``: :class:`sdaccel.cpu.pipeline.OVPipeline` with the f32 hint; the adapter fused at
+  export (``export_pipeline(..., lora=...)``);
+* one row per INT8 recipe of that OpenVINO UNet (``full_int8``, and full INT8 with the ResNets in
+  float, :data:`sdaccel.toy.adherence.FLOAT_GROUP_VARIANTS`), quantized *after* the fusion and
+  calibrated on training captions with its own sampler (:func:`sdaccel.toy.adherence.quantize_unet`).
+
+Two samplers: ``base``, the checkpoint's own scheduler (Euler for the SDXL layout) with
+classifier-free guidance ``base_guidance`` (6, the guidance of ``evaluate_shapes``' table), and
+``lcm``, the LCM scheduler with the adapter and guidance 1 (no classifier-free guidance: the
+adapter learned the guided trajectory, as LCM-LoRA is run). Every row starts image ``i`` from the
+same noise (:func:`sdaccel.toy.adherence.paired_latents`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import numpy as np
+
+from sdaccel.core.checkpoint import read_config
+from sdaccel.toy import dataset
+from sdaccel.toy.adherence import FLOAT_GROUP_VARIANTS, _uint8, paired_latents, quantize_unet
+
+PIPELINES = ("jax_fp32", "ov_f32")
+INT8_VARIANTS = ("full_int8", *FLOAT_GROUP_VARIANTS)
+SAMPLERS = ("base", "lcm")
+ATTRIBUTES = ("score", "colour", "shape", "background", "position", "all")
+#: Steps of the INT8 calibration run, per sampler (its UNet inputs are the calibration data).
+CALIBRATION_STEPS = {"base": 20, "lcm": 8}
+
+
+def lora_file(lora: str | Path) -> Path:
+    """The ``.safetensors`` of an adapter folder (or the file itself); a clear error otherwise."""
+    from sdaccel.core.lora_files import WEIGHT_NAMES
+
+    path = Path(lora)
+    if path.is_file():
+        return path
+    for name in WEIGHT_NAMES:
+        if (path / name).is_file():
+            return path / name
+    raise FileNotFoundError(
+        f"{lora}: no LoRA weights ({' or '.join(WEIGHT_NAMES)}); make the adapter with "
+        "`python -m sdaccel.toy.distill CHECKPOINT OUT_DIR`."
+    )
+
+
+def image_size(folder: Path) -> int:
+    from sdaccel.cpu.export import vae_scale_factor_of
+
+    return read_config(folder, "unet")["sample_size"] * vae_scale_factor_of(folder, "vae")
+
+
+def _jax_runner(folder: Path, sampler: str, lora: Path | None):
+    import jax.numpy as jnp
+
+    from sdaccel.tpu.pipeline import JaxPipeline
+
+    pipe = JaxPipeline.from_pretrained(
+        folder, dtype=jnp.float32, progress=False, scheduler="lcm" if sampler == "lcm" else None
+    )
+    if sampler == "lcm":
+        pipe.fuse_lora([(str(lora), 1.0)])
+
+    def run(prompts, latents, steps, guidance_scale, size):
+        result = pipe.generate(
+            list(prompts),
+            steps=steps,
+            guidance_scale=guidance_scale,
+            height=size,
+            width=size,
+            latents=np.transpose(latents, (0, 2, 3, 1)),
+        )
+        return _uint8(result.array)
+
+    return run
+
+
+def _openvino_pipe(folder: Path, sampler: str, lora: Path | None, work: Path, export_dir: Path | None = None):
+    from sdaccel.cpu.export import export_pipeline, text_to_image_components
+    from sdaccel.cpu.pipeline import OVPipeline
+
+    export_dir = export_dir or work / f"openvino_{sampler}"
+    adapters = [(str(lora), 1.0)] if sampler == "lcm" else []
+    export_pipeline(
+        folder,
+        export_dir,
+        components=text_to_image_components(folder),
+        weight_dtype="fp32",
+        progress=False,
+        lora=adapters,
+    )
+    pipe = OVPipeline.from_pretrained(
+        export_dir, precision="f32", scheduler="lcm" if sampler == "lcm" else None
+    )
+    return pipe, export_dir / "unet" / "openvino_model.xml"
+
+
+def _openvino_runner(pipe):
+    def run(prompts, latents, steps, guidance_scale, size):
+        out = pipe.generate(
+            list(prompts),
+            steps=steps,
+            guidance_scale=guidance_scale,
+            height=size,
+            width=size,
+            latents=latents,
+        )
+        return _uint8(out.array)
+
+    return run
+
+
+def adherence_vs_steps(
+    checkpoint: str | Path,
+    lora: str | Path | None = None,
+    steps: Sequence[int] = (1, 2, 4, 8, 20),
+    prompts: int = 16,
+    pipelines: Sequence[str] = ("jax_fp32",),
+    int8: Sequence[str] = (),
+    samplers: Sequence[str] = SAMPLERS,
+    base_guidance: float = 6.0,
+    lcm_guidance: float = 1.0,
+    work_dir: str | Path | None = None,
+    seed: int = 0,
+    progress: bool = False,
+    exports: Mapping[str, str | Path] | None = None,
+) -> list[dict]:
+    """Adherence of each pipeline x sampler x step count on ``prompts`` held-out prompts.
+
+    ``pipelines``: any of :data:`PIPELINES`; ``int8``: INT8 recipes of the OpenVINO UNet (any of
+    :data:`INT8_VARIANTS`, or ``"hybrid"``/``"int8_weights"``), each its own pipeline row (needs
+    ``work_dir``, as ``ov_f32`` does: exports and quantized UNets go there and are reused).
+    ``samplers``: ``"base"`` and/or ``"lcm"`` (the latter needs ``lora``). Every input is checked
+    before anything runs. Returns one dict per (pipeline, sampler, steps): ``pipeline``,
+    ``sampler``, ``scheduler``, ``lora``, ``steps``, ``guidance_scale``, ``prompts``,
+    ``seconds`` and the :func:`sdaccel.toy.dataset.adherence` fields.
+
+    ``exports``: an OpenVINO export folder per sampler (``{"base": ..., "lcm": ...}``) to use in
+    place of ``work_dir/openvino_<sampler>``, e.g. folders a notebook exported already from the same
+    checkpoint (fp32 weights; the ``"lcm"`` one with ``lora`` fused at scale 1):
+    :func:`~sdaccel.cpu.export.export_pipeline` reuses a folder made with the same settings and
+    refuses any other.
+    """
+    from sdaccel.core.checkpoint import resolve_checkpoint
+
+    unknown = [p for p in pipelines if p not in PIPELINES]
+    if unknown:
+        raise ValueError(f"Unknown pipelines {unknown}; choose from {list(PIPELINES)}.")
+    bad_samplers = [s for s in samplers if s not in SAMPLERS]
+    if bad_samplers or not samplers:
+        raise ValueError(f"samplers must be a non-empty subset of {list(SAMPLERS)}, got {list(samplers)}.")
+    steps = [int(s) for s in steps]
+    if not steps or any(s < 1 for s in steps):
+        raise ValueError(f"steps must be a non-empty list of integers >= 1, got {steps}.")
+    if prompts < 1:
+        raise ValueError(f"prompts must be >= 1, got {prompts}.")
+    if "lcm" in samplers and lora is None:
+        raise ValueError("The 'lcm' sampler runs the LCM-LoRA: pass lora=<adapter folder or file>.")
+    exports = {k: Path(v) for k, v in (exports or {}).items()}
+    if set(exports) - set(SAMPLERS):
+        raise ValueError(f"exports takes a folder per sampler of {list(SAMPLERS)}, got {sorted(exports)}.")
+    if (int8 or "ov_f32" in pipelines) and work_dir is None:
+        raise ValueError("The OpenVINO rows export and quantize into work_dir: pass work_dir=<folder>.")
+    lora_path = lora_file(lora) if "lcm" in samplers else None
+    folder = resolve_checkpoint(checkpoint)
+    size = image_size(folder)
+    prompt_list = dataset.heldout_prompts(prompts, seed=seed)
+    latents = paired_latents(folder, prompts, size, seed)
+    base_scheduler = read_config(folder, "scheduler")["_class_name"]
+    work = None if work_dir is None else Path(work_dir)
+    rows = []
+
+    def sweep(name, sampler, run):
+        guidance = lcm_guidance if sampler == "lcm" else base_guidance
+        for n in steps:
+            start = time.perf_counter()
+            images = run(prompt_list, latents, n, guidance, size)
+            seconds = time.perf_counter() - start
+            row = {
+                "pipeline": name,
+                "sampler": sampler,
+                "scheduler": "LCMScheduler" if sampler == "lcm" else base_scheduler,
+                "lora": sampler == "lcm",
+                "steps": n,
+                "guidance_scale": guidance,
+                "prompts": prompts,
+                **dataset.adherence(images, prompt_list),
+                "seconds": round(seconds, 2),
+            }
+            rows.append(row)
+            if progress:
+                print(f"{name:28s} {sampler:4s} {n:3d} steps  score {row['score']:.3f}", flush=True)
+
+    for sampler in samplers:
+        if "jax_fp32" in pipelines:
+            sweep("jax_fp32", sampler, _jax_runner(folder, sampler, lora_path))
+        if "ov_f32" in pipelines or int8:
+            pipe, unet_xml = _openvino_pipe(folder, sampler, lora_path, work, exports.get(sampler))
+            if "ov_f32" in pipelines:
+                sweep("ov_f32", sampler, _openvino_runner(pipe))
+            if int8:
+                guidance = lcm_guidance if sampler == "lcm" else base_guidance
+                quantized = quantize_unet(
+                    pipe,
+                    unet_xml,
+                    work / f"int8_{sampler}",
+                    list(int8),
+                    steps=CALIBRATION_STEPS[sampler],
+                    guidance_scale=guidance,
+                    size=size,
+                    seed=seed,
+                )
+                for variant, xml in quantized.items():
+                    pipe.replace_unet(xml)
+                    sweep(variant, sampler, _openvino_runner(pipe))
+                pipe.replace_unet(unet_xml)
+    return rows
+
+
+def format_table(rows: list[dict], key: str = "score") -> str:
+    """A Markdown table: one line per pipeline x sampler, one column per step count."""
+    steps = sorted({r["steps"] for r in rows})
+    lines = [
+        "| pipeline | sampler | guidance | " + " | ".join(f"{s} steps" for s in steps) + " |",
+        "|---|---|---|" + "---|" * len(steps),
+    ]
+    groups: dict[tuple, dict[int, dict]] = {}
+    for r in rows:
+        groups.setdefault((r["pipeline"], r["sampler"], r["guidance_scale"]), {})[r["steps"]] = r
+    for (pipeline, sampler, guidance), by_steps in groups.items():
+        label = "LCM-LoRA (LCM)" if sampler == "lcm" else f"base ({by_steps[min(by_steps)]['scheduler']})"
+        cells = [f"{by_steps[s][key]:.3f}" if s in by_steps else "-" for s in steps]
+        lines.append(f"| {pipeline} | {label} | {guidance:g} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def plot_adherence(rows: list[dict], ax=None, key: str = "score"):
+    """A line chart of ``key`` (adherence) against steps, one line per pipeline x sampler;
+    returns the matplotlib figure."""
+    import matplotlib.pyplot as plt
+
+    if ax is None:
+        fig, ax = plt.subplots(figsize=(7, 4))
+    else:
+        fig = ax.figure
+    groups: dict[tuple, list[dict]] = {}
+    for r in rows:
+        groups.setdefault((r["pipeline"], r["sampler"]), []).append(r)
+    for (pipeline, sampler), group in groups.items():
+        group = sorted(group, key=lambda r: r["steps"])
+        style = "-" if sampler == "lcm" else "--"
+        label = f"{pipeline}, {'LCM-LoRA' if sampler == 'lcm' else 'base ' + group[0]['scheduler']}"
+        ax.plot([r["steps"] for r in group], [r[key] for r in group], style, marker="o", label=label)
+    all_steps = sorted({r["steps"] for r in rows})
+    ax.set_xscale("log")
+    ax.set_xticks(all_steps)
+    ax.set_xticklabels([str(s) for s in all_steps])
+    ax.set_ylim(0, 1.02)
+    ax.set(xlabel="steps", ylabel=f"adherence ({key})", title="Prompt adherence against steps")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    return fig
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("checkpoint", help="a trained shapes checkpoint (diffusers layout)")
+    parser.add_argument("--lora", required=True, help="the LCM-LoRA folder (or .safetensors file)")
+    parser.add_argument("--steps", type=int, nargs="+", default=[1, 2, 3, 4, 6, 8, 12, 20])
+    parser.add_argument("--prompts", type=int, default=96, help="held-out prompts (default 96)")
+    parser.add_argument("--pipelines", nargs="+", default=list(PIPELINES), choices=PIPELINES)
+    parser.add_argument(
+        "--int8",
+        nargs="*",
+        default=list(INT8_VARIANTS),
+        choices=["int8_weights", "hybrid", *INT8_VARIANTS],
+        help="INT8 recipes of the OpenVINO UNet, one row each (default: %(default)s)",
+    )
+    parser.add_argument("--base-guidance", type=float, default=6.0)
+    parser.add_argument("--lcm-guidance", type=float, default=1.0)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--work-dir", type=Path, default=None, help="default build/steps/<name>")
+    parser.add_argument(
+        "--out", type=Path, default=None, help="JSON (default <work-dir>/steps_adherence.json)"
+    )
+    args = parser.parse_args(argv)
+    work = args.work_dir or Path("build/steps") / Path(args.checkpoint).name
+    out = args.out or work / "steps_adherence.json"
+    from sdaccel.core.staging import check_writable, replace_json
+
+    check_writable(out.parent)
+    start = time.perf_counter()
+    rows = adherence_vs_steps(
+        args.checkpoint,
+        args.lora,
+        steps=args.steps,
+        prompts=args.prompts,
+        pipelines=args.pipelines,
+        int8=args.int8,
+        base_guidance=args.base_guidance,
+        lcm_guidance=args.lcm_guidance,
+        work_dir=work,
+        seed=args.seed,
+        progress=True,
+    )
+    import platform
+
+    import diffusers
+    import jax
+    import nncf
+    import openvino
+    import torch
+
+    result = {
+        "config": {
+            "checkpoint": str(args.checkpoint),
+            "lora": str(args.lora),
+            "steps": args.steps,
+            "prompts": args.prompts,
+            "split": "heldout",
+            "base_guidance": args.base_guidance,
+            "lcm_guidance": args.lcm_guidance,
+            "seed": args.seed,
+            "int8_calibration_steps": CALIBRATION_STEPS,
+        },
+        "versions": {
+            "python": platform.python_version(),
+            "jax": jax.__version__,
+            "openvino": openvino.__version__,
+            "nncf": nncf.__version__,
+            "diffusers": diffusers.__version__,
+            "torch": torch.__version__,
+        },
+        "wall_s": round(time.perf_counter() - start, 1),
+        "rows": rows,
+    }
+    print(format_table(rows))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    replace_json(out, result)
+    print(f"\nwritten: {out}")
+    return result
+
+
+if __name__ == "__main__":
+    main()

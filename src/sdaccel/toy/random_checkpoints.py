@@ -1,0 +1,288 @@
+"""Tiny random-weight checkpoints in the exact diffusers folder layout.
+
+    python -m sdaccel.toy.random_checkpoints build/checkpoints            # writes tiny-sdxl/ and tiny-sd15/
+
+No machine of this project reaches the model hub, so the tests and the smoke runs of the
+notebooks load these folders instead of ``stabilityai/stable-diffusion-xl-base-1.0``. They are
+made by diffusers' and transformers' own classes (the same versions that load them), saved with
+``save_pretrained``, and so have the same files, key names and config fields as the real ones:
+every code path that loads a real checkpoint loads these too. Only the sizes are small.
+
+The weights are random (fixed seed), so the images they make are noise; the architecture, the
+shapes and the numerics are real.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+from pathlib import Path
+
+from sdaccel.core import staging
+
+#: Words that get their own BPE merges, so that prompts tokenize into a few tokens, as with CLIP.
+_WORDS = (
+    "a an the of on in at with and photo picture painting drawing astronaut horse riding cat dog "
+    "red green blue yellow white black purple orange circle square triangle background top bottom "
+    "left right center small large mountain lake city night sunset forest portrait detailed"
+).split()
+
+
+def _bytes_to_unicode() -> dict[int, str]:
+    """GPT-2/CLIP's reversible map from bytes to printable unicode characters."""
+    bs = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    cs = bs[:]
+    extra = 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + extra)
+            extra += 1
+    return dict(zip(bs, map(chr, cs), strict=True))
+
+
+def write_clip_tokenizer_files(folder: Path) -> int:
+    """Write a small CLIP BPE vocabulary (``vocab.json``, ``merges.txt``) and return its size.
+
+    As in CLIP, every byte has a token with and without the end-of-word marker ``</w>``, merges
+    build whole words, and the two special tokens take the last two ids.
+    """
+    folder.mkdir(parents=True, exist_ok=True)
+    chars = list(_bytes_to_unicode().values())
+    vocab = {c: i for i, c in enumerate(chars)}
+    vocab.update({c + "</w>": len(chars) + i for i, c in enumerate(chars)})
+    merges: list[str] = []
+    for word in _WORDS:
+        pieces = [*word[:-1], word[-1] + "</w>"]
+        while len(pieces) > 1:
+            merge = f"{pieces[0]} {pieces[1]}"
+            if merge not in merges:
+                merges.append(merge)
+                vocab.setdefault(pieces[0] + pieces[1], len(vocab))
+            pieces = [pieces[0] + pieces[1], *pieces[2:]]
+    for special in ("<|startoftext|>", "<|endoftext|>"):
+        vocab[special] = len(vocab)
+    (folder / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False))
+    (folder / "merges.txt").write_text("#version: 0.2\n" + "\n".join(merges) + "\n")
+    return len(vocab)
+
+
+def _save_tokenizer(folder: Path, pad_token: str) -> int:
+    """A CLIPTokenizer made from the files above, saved as transformers saves it, with the
+    vocab/merges files kept beside it as in the hub layout."""
+    from transformers import CLIPTokenizer
+
+    size = write_clip_tokenizer_files(folder)
+    tokenizer = CLIPTokenizer.from_pretrained(folder, pad_token=pad_token, model_max_length=77)
+    tokenizer.save_pretrained(folder)
+    return size
+
+
+def _text_encoder(vocab_size: int, hidden: int, layers: int, act: str, projection: int | None, seed: int):
+    import torch
+    from transformers import CLIPTextConfig, CLIPTextModel, CLIPTextModelWithProjection
+
+    config = CLIPTextConfig(
+        vocab_size=vocab_size,
+        hidden_size=hidden,
+        intermediate_size=2 * hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=4,
+        max_position_embeddings=77,
+        hidden_act=act,
+        projection_dim=projection or hidden,
+        # the real SD/SDXL encoders carry the legacy ids (eos 2): the EOS token is the
+        # highest id, found with argmax, exactly as here.
+        bos_token_id=0,
+        eos_token_id=2,
+        pad_token_id=1,
+    )
+    torch.manual_seed(seed)
+    cls = CLIPTextModelWithProjection if projection else CLIPTextModel
+    return cls(config).eval()
+
+
+def _vae(scaling_factor: float, force_upcast: bool, seed: int):
+    import torch
+    from diffusers import AutoencoderKL
+
+    torch.manual_seed(seed)
+    # four levels, as in the real VAEs, so that latents are 1/8 of the image size
+    return AutoencoderKL(
+        in_channels=3,
+        out_channels=3,
+        down_block_types=["DownEncoderBlock2D"] * 4,
+        up_block_types=["UpDecoderBlock2D"] * 4,
+        block_out_channels=[8, 16, 16, 16],
+        layers_per_block=1,
+        latent_channels=4,
+        norm_num_groups=4,
+        sample_size=64,
+        scaling_factor=scaling_factor,
+        force_upcast=force_upcast,
+    ).eval()
+
+
+#: The noise schedule that SD 1.x and SDXL were trained with (their schedulers' published
+#: configs): every scheduler written here, whatever its sampling rule, shares it.
+SD_NOISE_SCHEDULE = {
+    "beta_start": 0.00085,
+    "beta_end": 0.012,
+    "beta_schedule": "scaled_linear",
+    "steps_offset": 1,
+}
+
+#: The components of an SDXL checkpoint, as its ``model_index.json`` lists them.
+SDXL_COMPONENTS = {
+    "scheduler": ("diffusers", "EulerDiscreteScheduler"),
+    "text_encoder": ("transformers", "CLIPTextModel"),
+    "text_encoder_2": ("transformers", "CLIPTextModelWithProjection"),
+    "tokenizer": ("transformers", "CLIPTokenizer"),
+    "tokenizer_2": ("transformers", "CLIPTokenizer"),
+    "unet": ("diffusers", "UNet2DConditionModel"),
+    "vae": ("diffusers", "AutoencoderKL"),
+}
+
+#: The components of an SD 1.5 checkpoint (without its safety checker and feature extractor).
+SD15_COMPONENTS = {
+    "scheduler": ("diffusers", "PNDMScheduler"),
+    "text_encoder": ("transformers", "CLIPTextModel"),
+    "tokenizer": ("transformers", "CLIPTokenizer"),
+    "unet": ("diffusers", "UNet2DConditionModel"),
+    "vae": ("diffusers", "AutoencoderKL"),
+}
+
+
+def _write_model_index(folder: Path, pipeline: str, components: dict[str, tuple[str, str]]) -> None:
+    import diffusers
+
+    index = {"_class_name": pipeline, "_diffusers_version": diffusers.__version__}
+    index.update({name: list(lib_cls) for name, lib_cls in components.items()})
+    (folder / "model_index.json").write_text(json.dumps(index, indent=2))
+
+
+def build_tiny_sdxl(folder: str | Path, seed: int = 0) -> Path:
+    """SDXL layout: two CLIP encoders (the second with a projection), two tokenizers (the second
+    pads with ``!``), a UNet with ``text_time`` added conditioning, the VAE and Euler."""
+    import torch
+    from diffusers import EulerDiscreteScheduler, UNet2DConditionModel
+
+    folder = Path(folder)
+    vocab = _save_tokenizer(folder / "tokenizer", pad_token="<|endoftext|>")
+    _save_tokenizer(folder / "tokenizer_2", pad_token="!")
+    _text_encoder(vocab, 32, 3, "quick_gelu", None, seed).save_pretrained(folder / "text_encoder")
+    _text_encoder(vocab, 32, 3, "gelu", 32, seed + 1).save_pretrained(folder / "text_encoder_2")
+    torch.manual_seed(seed + 2)
+    UNet2DConditionModel(
+        sample_size=16,
+        in_channels=4,
+        out_channels=4,
+        down_block_types=["DownBlock2D", "CrossAttnDownBlock2D"],
+        up_block_types=["CrossAttnUpBlock2D", "UpBlock2D"],
+        block_out_channels=[32, 64],
+        layers_per_block=2,
+        transformer_layers_per_block=[1, 2],
+        attention_head_dim=[2, 4],
+        cross_attention_dim=64,  # the two encoders' hidden states are concatenated: 32 + 32
+        norm_num_groups=8,
+        use_linear_projection=True,
+        addition_embed_type="text_time",
+        addition_time_embed_dim=8,
+        projection_class_embeddings_input_dim=6 * 8 + 32,  # six time ids + pooled text embeds
+    ).eval().save_pretrained(folder / "unet")
+    _vae(0.13025, True, seed + 3).save_pretrained(folder / "vae")
+    # the real SDXL scheduler config, as published
+    EulerDiscreteScheduler(
+        **SD_NOISE_SCHEDULE,
+        timestep_spacing="leading",
+        prediction_type="epsilon",
+    ).save_pretrained(folder / "scheduler")
+    _write_model_index(
+        folder,
+        "StableDiffusionXLPipeline",
+        SDXL_COMPONENTS,
+    )
+    return folder
+
+
+def build_tiny_sd15(folder: str | Path, seed: int = 0) -> Path:
+    """SD 1.5 layout: one CLIP encoder, a UNet with cross-attention in the first blocks and
+    1x1-conv projections, the VAE and the PNDM scheduler the real checkpoint ships."""
+    import torch
+    from diffusers import PNDMScheduler, UNet2DConditionModel
+
+    folder = Path(folder)
+    vocab = _save_tokenizer(folder / "tokenizer", pad_token="<|endoftext|>")
+    _text_encoder(vocab, 32, 3, "quick_gelu", None, seed).save_pretrained(folder / "text_encoder")
+    torch.manual_seed(seed + 2)
+    UNet2DConditionModel(
+        sample_size=16,
+        in_channels=4,
+        out_channels=4,
+        down_block_types=["CrossAttnDownBlock2D", "DownBlock2D"],
+        up_block_types=["UpBlock2D", "CrossAttnUpBlock2D"],
+        block_out_channels=[32, 64],
+        layers_per_block=2,
+        attention_head_dim=8,
+        cross_attention_dim=32,
+        norm_num_groups=8,
+    ).eval().save_pretrained(folder / "unet")
+    _vae(0.18215, False, seed + 3).save_pretrained(folder / "vae")
+    PNDMScheduler(
+        **SD_NOISE_SCHEDULE,
+        skip_prk_steps=True,
+        set_alpha_to_one=False,
+    ).save_pretrained(folder / "scheduler")
+    _write_model_index(folder, "StableDiffusionPipeline", SD15_COMPONENTS)
+    return folder
+
+
+BUILDERS = {"tiny-sdxl": build_tiny_sdxl, "tiny-sd15": build_tiny_sd15}
+
+
+def ensure_tiny(root: str | Path, name: str = "tiny-sdxl", force: bool = False) -> Path:
+    """Build ``root/name`` unless a complete copy is already there; return its path."""
+    if name not in BUILDERS:
+        raise ValueError(f"Unknown tiny checkpoint {name!r}; choose one of {sorted(BUILDERS)}.")
+    folder = Path(root) / name
+    if (folder / "model_index.json").is_file() and not force:
+        return folder
+    with staging.staged_folder(folder) as stage:
+        BUILDERS[name](stage)
+    return folder
+
+
+def staging_folder(folder: Path) -> Path:
+    """The empty ``<folder>.partial`` to build a checkpoint in, before :func:`publish`."""
+    tmp = folder.with_name(folder.name + ".partial")
+    shutil.rmtree(tmp, ignore_errors=True)
+    return tmp
+
+
+def publish(tmp: Path, folder: Path) -> None:
+    """Replace ``folder`` by the finished ``tmp`` (:func:`sdaccel.core.staging.publish_folder`: the old
+    folder is renamed aside and deleted only once the new one is in place)."""
+    staging.publish_folder(tmp, folder)
+
+
+def folder_bytes(folder: Path) -> int:
+    """Size on disk of every file under ``folder``."""
+    return sum(p.stat().st_size for p in Path(folder).rglob("*") if p.is_file())
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("root", type=Path, help="folder to write the checkpoints into")
+    parser.add_argument("--only", choices=sorted(BUILDERS), action="append", help="build only these")
+    parser.add_argument("--force", action="store_true", help="rebuild even if present")
+    args = parser.parse_args(argv)
+    for name in args.only or BUILDERS:
+        path = ensure_tiny(args.root, name, force=args.force)
+        print(f"{path}  ({folder_bytes(path) / 1e6:.1f} MB)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,154 @@
+"""Token merging's quality cost on a trained shapes checkpoint: prompt adherence and PSNR/SSIM against the unmerged UNet, per merge ratio.
+
+python -m sdaccel.toy.tome_quality CHECKPOINT --ratios 0.3 0.5 --json out.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from sdaccel.core.checkpoint import read_json, resolve_checkpoint
+from sdaccel.cpu.export import (
+    MODEL_XML,
+    checkpoint_defaults,
+)
+from sdaccel.cpu.tome import MANIFEST, check_ratio, export_tome
+
+
+def measure(
+    checkpoint: str | os.PathLike,
+    workdir: str | os.PathLike | None = None,
+    *,
+    ratios: Sequence[float] = (0.3, 0.5),
+    num_prompts: int = 48,
+    steps: int = 20,
+    guidance_scale: float = 6.0,
+    size: int | None = None,
+    progress: bool = True,
+) -> dict:
+    """What token merging costs on a trained ``sdaccel.toy.dataset`` checkpoint, in f32.
+
+    ``num_prompts`` held-out prompts (image ``i`` seeded with ``i``, as in
+    :func:`sdaccel.toy.deepcache_quality.measure`) are generated with the plain UNet and with the UNet
+    merged at each of ``ratios``, every pipeline compiled with ``INFERENCE_PRECISION_HINT=f32``.
+    Per configuration: the prompt adherence (:func:`sdaccel.toy.dataset.adherence`), PSNR/SSIM of its
+    images against the plain ones, the median seconds per image and, for the merged ones, how many
+    tokens each merged block kept. ``size``: image height and width (default: the checkpoint's).
+    Exports go to ``workdir`` (default ``build/tome/<name>``).
+    """
+    import statistics
+
+    from tqdm.auto import tqdm
+
+    from sdaccel.cpu.export import export_pipeline, text_to_image_components
+    from sdaccel.cpu.pipeline import OVPipeline
+    from sdaccel.cpu.quality import paired_summary
+    from sdaccel.toy import dataset
+
+    ratios = [check_ratio(r) for r in ratios]
+    if not ratios:
+        raise ValueError("ratios is empty: give at least one, e.g. (0.3, 0.5).")
+    if num_prompts < 1 or steps < 1:
+        raise ValueError(f"num_prompts and steps must be >= 1, got {num_prompts} and {steps}.")
+    src = resolve_checkpoint(checkpoint)
+    size = size or checkpoint_defaults(src).height
+    work = Path(workdir) if workdir else Path("build/tome") / src.name
+    export = export_pipeline(
+        src, work / "export", components=text_to_image_components(src), progress=progress
+    )
+    folders = {r: export_tome(src, export, r, size, size) for r in ratios}
+    call = {"steps": steps, "guidance_scale": guidance_scale, "height": size, "width": size}
+    pipe = OVPipeline.from_pretrained(export, precision="f32")
+    prompts = dataset.heldout_prompts(num_prompts)
+    configs = {"f32": export / "unet" / MODEL_XML} | {
+        f"f32+tome({r:g})": folder / MODEL_XML for r, folder in folders.items()
+    }
+    rows, images = {}, {}
+    for name, xml in configs.items():
+        pipe.replace_unet(xml)
+        outs = [
+            pipe([prompt], seed=i, **call)
+            for i, prompt in enumerate(tqdm(prompts, desc=name, disable=not progress))
+        ]
+        images[name] = [out.images[0] for out in outs]
+        row = {
+            "adherence": dataset.adherence(images[name], prompts),
+            "s_per_image": statistics.median(out.timings["run_s"] for out in outs),
+            "unet_s_per_image": statistics.median(sum(out.timings["unet_steps"]) for out in outs),
+        }
+        if name != "f32":
+            manifest = read_json(xml.parent / MANIFEST)
+            row.update(
+                ratio=manifest["ratio"],
+                merged_blocks=manifest["merged_blocks"],
+                **paired_summary(images["f32"], images[name]),
+            )
+        rows[name] = row
+    return {
+        "checkpoint": str(src),
+        "settings": {
+            "num_prompts": num_prompts,
+            "prompts": "sdaccel.toy.dataset.heldout_prompts(num_prompts), image i seeded with i",
+            **call,
+            "precision": "f32 (INFERENCE_PRECISION_HINT) everywhere",
+            "ratios": ratios,
+        },
+        "rows": rows,
+    }
+
+
+def format_table(result: dict) -> str:
+    """The rows of :func:`measure` as a text table."""
+    lines = [
+        f"{'configuration':18} {'score':>6} {'colour':>6} {'shape':>6} {'PSNR dB':>8} {'SSIM':>6} {'s/image':>8}"
+    ]
+    for name, row in result["rows"].items():
+        a = row["adherence"]
+        psnr = "-" if row.get("psnr_mean") is None else f"{row['psnr_mean']:.1f}"
+        ssim = "-" if "ssim_mean" not in row else f"{row['ssim_mean']:.3f}"
+        lines.append(
+            f"{name:18} {a['score']:6.3f} {a['colour']:6.3f} {a['shape']:6.3f} {psnr:>8} {ssim:>6} "
+            f"{row['s_per_image']:8.4f}"
+        )
+    return "\n".join(lines)
+
+
+def main(argv=None) -> dict:
+    parser = argparse.ArgumentParser(
+        description="Token merging's quality cost on a trained sdaccel.toy.dataset checkpoint (f32). "
+        "Tiny-model timings do not transfer to real model sizes: benchmarks/bench_openvino.py "
+        "--levers tome times the real SD 1.5 UNet."
+    )
+    parser.add_argument("--checkpoint", required=True, help="e.g. checkpoints/tiny-shapes-sd15")
+    parser.add_argument("--ratios", type=float, nargs="+", default=[0.3, 0.5])
+    parser.add_argument("--out", default="build/tome.json", help="JSON, one entry per checkpoint")
+    parser.add_argument("--workdir", default=None, help="default build/tome/<checkpoint name>")
+    parser.add_argument("--prompts", type=int, default=48)
+    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--guidance", type=float, default=6.0)
+    args = parser.parse_args(argv)
+    result = measure(
+        args.checkpoint,
+        args.workdir,
+        ratios=args.ratios,
+        num_prompts=args.prompts,
+        steps=args.steps,
+        guidance_scale=args.guidance,
+    )
+    out = Path(args.out)
+    everything = json.loads(out.read_text()) if out.is_file() else {"models": {}}
+    everything["models"][Path(result["checkpoint"]).name] = result
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(everything, indent=2))
+    print(format_table(result))
+    print(f"wrote {out}")
+    return result
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
