@@ -51,15 +51,15 @@ NOTEBOOK_BUILD = REPO / "build" / "test"
 
 #: Test modules that share state, and the xdist group they run in together (one worker, in order).
 GROUPS = {
-    "tests/test_notebooks.py": "notebooks-cpu",  # its tests of one notebook: see group_of
-    "tests/test_site.py": "notebooks-cpu",  # builds the site from the notebooks' executed copies
+    "tests/integration/test_notebooks.py": "notebooks-cpu",  # its tests of one notebook: see group_of
+    "tests/course/test_docs_site.py": "notebooks-cpu",  # builds the site from the notebooks' executed copies
     # these share one session folder of OpenVINO exports (basetemp/ov-exports): on one worker, each
     # checkpoint is exported once
-    "tests/test_contract_cpu.py": "ov-exports",
-    "tests/test_cpu_export.py": "ov-exports",
-    "tests/test_cpu_pipeline.py": "ov-exports",
-    "tests/test_cpu_precision.py": "ov-exports",
-    "tests/test_deepcache.py": "ov-exports",
+    "tests/cpu/test_contract_cpu.py": "ov-exports",
+    "tests/cpu/test_export.py": "ov-exports",
+    "tests/cpu/test_pipeline.py": "ov-exports",
+    "tests/cpu/test_precision.py": "ov-exports",
+    "tests/cpu/test_deepcache.py": "ov-exports",
 }
 
 
@@ -72,16 +72,16 @@ SLOW_GROUPS = {
     "notebooks-cpu": 650,  # notebooks 04-07 executed, then the site built from every notebook
     "notebooks-jax": 420,  # notebooks 00-03 executed, and 00 and 02 again up to their last checked cell
     "ov-exports": 450,  # five modules that share their exports; test_deepcache.py is 130 of it
-    "tests/test_cpu_quantize.py": 240,
-    "tests/test_evaluate_shapes.py": 210,
-    "tests/test_distill_lcm.py": 150,
-    "tests/test_bench_memory.py": 135,
-    "tests/test_generate.py": 105,
-    "tests/test_sharding.py": 90,
-    "tests/test_lcm.py": 80,
-    "tests/test_tpu_plan.py": 70,
-    "tests/test_attention.py": 60,
-    "tests/test_cpu_levers.py": 50,
+    "tests/cpu/test_quantize.py": 240,
+    "tests/toy/test_adherence.py": 210,
+    "tests/toy/test_distill.py": 150,
+    "tests/integration/test_bench_memory.py": 135,
+    "tests/tpu/test_generate.py": 105,
+    "tests/tpu/test_sharding.py": 90,
+    "tests/integration/test_lcm.py": 80,
+    "tests/tpu/test_plan.py": 70,
+    "tests/tpu/models/test_attention.py": 60,
+    "tests/cpu/test_levers.py": 50,
 }
 
 #: Notebooks numbered below this run in the ``"notebooks-jax"`` group, the rest in ``"notebooks-cpu"``.
@@ -90,7 +90,7 @@ FIRST_CPU_NOTEBOOK = "04"
 
 def group_of(nodeid: str) -> str:
     module, _, test = nodeid.partition("::")
-    if module == "tests/test_notebooks.py" and "[" in test:  # one notebook's test: by its number
+    if module == "tests/integration/test_notebooks.py" and "[" in test:  # one notebook's test: by its number
         number = test.split("[", 1)[1][:2]
         if number.isdigit():
             return "notebooks-jax" if number < FIRST_CPU_NOTEBOOK else "notebooks-cpu"

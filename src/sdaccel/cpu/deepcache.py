@@ -42,7 +42,7 @@ time_ids``), as in :mod:`sdaccel.cpu.export`; ``cached`` is ``[batch, block_out_
 at the latent size ``h x w``. Both IRs are written from the pieces of one PyTorch UNet
 (:func:`convert_full`, :func:`convert_shallow`: ``embed``, ``head``, ``deep``, ``tail``), so on
 the same step the shallow IR fed with the full IR's ``cached`` gives the full IR's ``out_sample``,
-and the full IR gives the plain UNet's (``tests/test_deepcache.py`` checks both).
+and the full IR gives the plain UNet's (``tests/cpu/test_deepcache.py`` checks both).
 
 **Running it**: :class:`DeepCache` is what ``OVPipeline.generate(..., deepcache=...)`` calls on
 every step in place of the pipeline's UNet::

@@ -15,7 +15,7 @@ other, all from **one** ``TorchGenerator(seed)``: prompt ``k`` takes the next la
 same stream. For noise tensors whose size is a multiple of 16 values (every latent of 4 channels
 and an even side), ``torch.randn`` draws its values in blocks of 16 from one stream of uniforms,
 so these consecutive draws are exactly the batch that ``OVPipeline`` draws for the same prompts
-and seed: the same seed gives the same images in both (``tests/test_cpu_pipeline.py`` checks it).
+and seed: the same seed gives the same images in both (``tests/cpu/test_pipeline.py`` checks it).
 """
 
 from __future__ import annotations

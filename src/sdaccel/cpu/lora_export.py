@@ -81,7 +81,7 @@ def fuse_into_torch(model, component: str, adapters: Sequence[tuple[LoraAdapter,
 # ----------------------------------------------------------------------------------------------
 
 #: The UNet layers whose LoRA OpenVINO GenAI 2026.4 applies to our exports (checked by
-#: tests/test_lora.py against a fused export; SD 1.5's ``proj_in``/``proj_out`` are 1x1 convolutions). It refuses 3x3 convolution LoRAs ("not pointwise
+#: tests/tpu/test_lora.py against a fused export; SD 1.5's ``proj_in``/``proj_out`` are 1x1 convolutions). It refuses 3x3 convolution LoRAs ("not pointwise
 #: Convolutional kernel is not supported"), reads kohya names by turning ``_`` into ``.``, so it
 #: misses ``time_emb_proj``, ``conv_shortcut`` and ``time_embedding.linear_1``, and finds no text
 #: encoder layer in our exports (transformers 5 names them ``model.encoder...``, without ``text_model``).

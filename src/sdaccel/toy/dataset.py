@@ -33,7 +33,7 @@ The metric needs no model either. :func:`classify` reads an image with pixel rul
 
 :func:`adherence` compares these readings with the prompts: its ``score`` is the fraction of images
 whose colour *and* shape both match, and it gives each attribute's accuracy. On the data set's own
-images every attribute reads right (``tests/test_shapes.py``); on noise the readings do not depend
+images every attribute reads right (``tests/toy/test_dataset.py``); on noise the readings do not depend
 on the prompt, so each accuracy falls to chance (:data:`CHANCE`).
 """
 

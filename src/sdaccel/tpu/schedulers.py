@@ -13,7 +13,7 @@ advances a hidden counter. That does not fit in a compiled loop, so here the two
 
 The scheduler objects are frozen dataclasses around their config, hashable, so they can be closed
 over (or passed as static arguments) by a jitted function. All reproduce diffusers (same float32
-arithmetic, in the same order); ``tests/test_schedulers.py`` checks them step by step against
+arithmetic, in the same order); ``tests/tpu/test_schedulers.py`` checks them step by step against
 ``diffusers.EulerDiscreteScheduler``, ``DDIMScheduler``, ``EulerAncestralDiscreteScheduler`` and
 ``LCMScheduler``.
 

@@ -28,7 +28,7 @@ from sdaccel.course.run_notebooks import (
     noisy_outputs,
 )
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOKS = discover()
 IDS = [nb.stem for nb in NOTEBOOKS]
 

@@ -4,6 +4,8 @@ any quantization step."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -13,6 +15,9 @@ pytest.importorskip("nncf")
 from sdaccel.cpu import quantize as Q  # noqa: E402
 from sdaccel.cpu.quality import unet_relative_error  # noqa: E402
 from sdaccel.toy.random_checkpoints import ensure_tiny  # noqa: E402
+
+#: The tiny checkpoints that tests/conftest.py builds (ensure_checkpoint).
+CHECKPOINTS = Path(__file__).resolve().parents[2] / "build" / "checkpoints"
 
 
 def _unet_inputs(config: dict, timestep: int, rng: np.random.Generator, size: int = 8) -> dict:
@@ -34,7 +39,6 @@ def _unet_inputs(config: dict, timestep: int, rng: np.random.Generator, size: in
 def convert(tmp_path_factory):
     """name -> (name, f32 IR path, a few UNet inputs): the tiny UNet converted once per module with
     the export's port names."""
-    from conftest import CHECKPOINTS
     from diffusers import UNet2DConditionModel
 
     from sdaccel.cpu.export import convert_unet
@@ -225,7 +229,6 @@ def test_matching_layers_and_time_unet(convert):
 def test_calibration_from_the_sdxl_pipeline(tmp_path):
     """The real path on tiny SDXL: capture the pipeline's UNet inputs (with SDXL's text_embeds
     and time_ids), quantize with them, and swap the INT8 UNet into the pipeline."""
-    from conftest import CHECKPOINTS
 
     from sdaccel.cpu.export import MODEL_XML, export_pipeline
     from sdaccel.cpu.pipeline import OVPipeline

@@ -52,7 +52,7 @@ SIZE, PROMPTS = 64, ["a red circle on a blue background", "a green square"]
 def _checkpoint(kind):
     from pathlib import Path
 
-    return str(Path(__file__).resolve().parents[1] / REPO_CHECKPOINTS[kind])
+    return str(Path(__file__).resolve().parents[2] / REPO_CHECKPOINTS[kind])
 
 
 def _torch_pipeline(kind):
@@ -309,7 +309,7 @@ def test_fused_images_match_diffusers_and_unfuse_restores(ours, files, kind, lay
     finally:
         assert lora.unfuse_lora(pipe) == 1
     # the LoRA changes the pictures, and ours change as diffusers' do (the parity tolerance of
-    # tests/test_pipeline.py: float32 images within 1e-4)
+    # tests/tpu/test_pipeline.py: float32 images within 1e-4)
     assert np.abs(fused - base).max() > 0.05
     assert np.abs(fused - ref).max() < 1e-4, f"max abs err {np.abs(fused - ref).max():.2e}"
     # unfusing restores every weight to float32 rounding

@@ -9,7 +9,7 @@ import pytest
 
 from sdaccel.toy import dataset, train
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 CHECKPOINTS = REPO / "checkpoints"
 
 #: Adherence (colour and shape right) of the committed checkpoints on the prompts of

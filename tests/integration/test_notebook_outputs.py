@@ -25,7 +25,7 @@ from sdaccel.course.run_notebooks import (
     saved_widget_state,
 )
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 NOTEBOOKS = discover()
 IDS = [nb.stem for nb in NOTEBOOKS]
 PIN = re.compile(r"^([A-Za-z0-9_.\-]+)(?:\[[^\]]*\])?==([^\s#;]+)")

@@ -19,7 +19,7 @@ from packaging.utils import canonicalize_name
 
 from sdaccel.course.doctor import parse_pins
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 WORKFLOWS = sorted((REPO / ".github" / "workflows").glob("*.yml"))
 CI = REPO / ".github" / "workflows" / "ci.yml"
 DOCKERFILE = REPO / "deploy" / "Dockerfile"

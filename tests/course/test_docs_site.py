@@ -1,7 +1,7 @@
 """The documentation site: staged from the executed smoke notebooks, built with Sphinx, and opened
 in headless Chromium (Debian's ``chromium`` package, driven over the DevTools protocol).
 
-The slow test builds from the copies that tests/test_notebooks.py executed into build/test/smoke
+The slow test builds from the copies that tests/integration/test_notebooks.py executed into build/test/smoke
 in this test run (the ``smoke_notebook`` fixture, which executes each notebook once per run on
 whichever worker asks first), and executes the notebooks itself when it runs alone. It asserts that every notebook page renders with all its figures, that the
 landing page links every notebook, and that no internal link of the site is broken.
@@ -236,7 +236,7 @@ def broken_links(root: Path) -> list[str]:
 @pytest.fixture(scope="module")
 def executed_dir(smoke_notebook) -> Path:
     """This run's executed copies (``smoke_notebook`` runs each notebook once per test run, so
-    after tests/test_notebooks.py, on either worker, this only reads them back)."""
+    after tests/integration/test_notebooks.py, on either worker, this only reads them back)."""
     folders = {smoke_notebook(nb).executed.parent for nb in NOTEBOOKS}
     (folder,) = folders
     return folder

@@ -11,7 +11,7 @@ import pytest
 from sdaccel.core.lora_files import read_lora
 from sdaccel.toy import adherence_steps, distill
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 BASE = REPO / "checkpoints" / "tiny-shapes-sdxl"
 SHIPPED = REPO / "checkpoints" / "tiny-shapes-sdxl-lcm-lora"
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "benchmarks" / "bench_memory.py"
 CHECKPOINT = REPO / "checkpoints" / "tiny-shapes-sd15"
 STEPS = (

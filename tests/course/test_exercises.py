@@ -170,7 +170,7 @@ def test_every_check_fails_without_its_solution(nb_path):
 def test_notebook_00_without_solutions_stops_at_its_first_check(tmp_path):
     """The attendee copy of notebook 00, executed in the smoke profile: it runs up to the first
     exercise and stops there with the check's message (the copy with solutions passes in
-    tests/test_notebooks.py)."""
+    tests/integration/test_notebooks.py)."""
     from sdaccel.course.run_notebooks import NotebookFailed, execute
 
     source = NOTEBOOKS[0]

@@ -9,7 +9,7 @@ import pytest
 
 from sdaccel.course import whole_image
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 COMMITTED = ROOT / "benchmarks" / "results" / "whole_image_sd15.json"
 FLAGS = {"avx2": True, "avx512f": True, "avx512_vnni": True, "avx512_bf16": False, "amx_tile": False}
 

@@ -12,7 +12,7 @@ import pytest
 
 from sdaccel.toy import adherence
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 PROMPTS = 24
 
 #: Measured on 96 held-out prompts: torch, JAX and OpenVINO f32 drew 96/96 (SDXL layout) and

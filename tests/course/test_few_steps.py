@@ -11,7 +11,7 @@ from sdaccel.core.checkpoint import LORA_FILES, CheckpointError, resolve_lora, r
 from sdaccel.core.lora_files import read_lora
 from sdaccel.course import few_steps
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 TOY = REPO / "checkpoints" / "tiny-shapes-sd15"
 
 

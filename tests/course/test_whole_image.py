@@ -10,7 +10,7 @@ import pytest
 from sdaccel.core.contract import GenerationResult
 from sdaccel.course import whole_image
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PLANS = sorted((ROOT / "benchmarks" / "results").glob("tpu_plan_*.json"))
 
 

@@ -349,7 +349,7 @@ def test_compiling_for_tpu_off_cloud_prints_nothing():
 
 def test_configs_of_a_checkpoint_folder_by_absolute_path():
     """An absolute path must not be mistaken for a reference config name."""
-    folder = str(Path(__file__).resolve().parents[1] / "checkpoints" / "tiny-shapes-sdxl")
+    folder = str(Path(__file__).resolve().parents[2] / "checkpoints" / "tiny-shapes-sdxl")
     assert {"unet", "vae", "text_encoder", "text_encoder_2", "scheduler"} <= set(
         tpu_plan.read_configs(folder)
     )

@@ -126,7 +126,7 @@ def test_parity_fp32(case):
 
 def test_parity_bf16(case):
     # bf16 keeps 8 bits of mantissa (a step of 8e-3 at 1-2); through ~20 convs the errors grow to a
-    # few 1e-2, like the AutoencoderKL's in tests/test_vae.py. Bugs show at 1e-4 in the fp32 test.
+    # few 1e-2, like the AutoencoderKL's in tests/tpu/models/test_vae.py. Bugs show at 1e-4 in the fp32 test.
     _, folder, images, latents, ref = case
     model = load_tiny_vae(folder, dtype=jnp.bfloat16, progress=False)
     assert model.dtype == jnp.bfloat16

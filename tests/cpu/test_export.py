@@ -346,7 +346,7 @@ def notebook_export_dir(stem: str, **values):
     set as a profile or the runner would set them (the notebook's own line, evaluated)."""
     from pathlib import Path
 
-    cells = json.loads((Path(__file__).parents[1] / "notebooks" / f"{stem}.ipynb").read_text())["cells"]
+    cells = json.loads((Path(__file__).parents[2] / "notebooks" / f"{stem}.ipynb").read_text())["cells"]
     code = ["".join(c["source"]) for c in cells if c["cell_type"] == "code"]
     namespace: dict = {}
     exec(code[1], namespace)  # the parameters cell

@@ -19,7 +19,7 @@ pytest.importorskip("tomesd")
 from sdaccel.cpu import tome  # noqa: E402
 from sdaccel.cpu.quality import compile_f32  # noqa: E402
 
-CHECKPOINT = Path(__file__).resolve().parents[1] / "checkpoints" / "tiny-shapes-sd15"
+CHECKPOINT = Path(__file__).resolve().parents[2] / "checkpoints" / "tiny-shapes-sd15"
 #: The tiny UNet's levels: 8x8 latents (64 tokens) with attention, then 4x4 (16 tokens) in the mid block.
 FULL_RES = (
     "down_blocks.0.attentions.0.transformer_blocks.0",

@@ -25,7 +25,7 @@ from sdaccel.cpu.export import export_pipeline, text_to_image_components  # noqa
 from sdaccel.cpu.pipeline import OVPipeline  # noqa: E402
 from sdaccel.cpu.quality import compile_f32  # noqa: E402
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 PROMPTS = ["a photo of a cat", "a red circle on a blue background"]
 SIZE = {"height": 64, "width": 64}

@@ -25,7 +25,7 @@ from sdaccel.cpu.precision import (  # noqa: E402
     decide,
 )
 
-SD15 = Path(__file__).resolve().parents[1] / "checkpoints" / "tiny-shapes-sd15"
+SD15 = Path(__file__).resolve().parents[2] / "checkpoints" / "tiny-shapes-sd15"
 PROMPTS = ["a red circle", "a blue square"]
 #: two candidates on every CPU: bf16 is timed even where the plugin runs it as f32
 BOTH = ("f32", "bf16")

@@ -13,7 +13,7 @@ import yaml
 from sdaccel.tpu.generate import build_parser
 from sdaccel.tpu.sharding import parse_mesh
 
-GKE = Path(__file__).resolve().parents[1] / "deploy" / "gke"
+GKE = Path(__file__).resolve().parents[2] / "deploy" / "gke"
 FILES = sorted(GKE.glob("*.yaml"))
 K8S_VERSION = "1.30"  # GKE's oldest supported minor version at the time of writing
 #: TPU v5e hosts have at most 8 chips; slices above that span hosts of 4 chips each.
