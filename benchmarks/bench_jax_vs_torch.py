@@ -139,7 +139,8 @@ def jax_measurements(batch: int, latent: int, repeats: int, flops_size: int, flo
     import numpy as np
     from flax import nnx
 
-    from sdaccel.tpu.compilation import time_calls, xla_flops
+    from sdaccel.tpu.aot import xla_flops
+    from sdaccel.tpu.compilation import time_calls
     from sdaccel.tpu.models.unet import UNetConfig
     from sdaccel.tpu.models.weights import count_params
 

@@ -4,9 +4,9 @@
     python benchmarks/bench_memory.py checkpoints/tiny-shapes-sd15                      # the smoke checkpoint
     python benchmarks/bench_memory.py path/to/diffusers-checkpoint --steps 2 --calib-samples 4
 
-Every step runs in its own child process (``sdaccel.core.processes.run_with_memory_limit``, through
-``bench_openvino._run``), one after the other, so each peak is that step's alone, measured as the
-notebooks run it:
+Every step runs in its own child process (``sdaccel.core.processes.run_with_memory_limit``,
+through ``sdaccel.cpu.benchmark.run_child``), one after the other, so each peak is that step's
+alone, measured as the notebooks run it:
 
 =================== ======== =============================================================================
 step                notebook what the child does
@@ -38,17 +38,16 @@ Results: a table on stdout and JSON at ``--out`` (written atomically).
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import shutil
 import sys
-from importlib import resources
 from pathlib import Path
 
-from bench_openvino import _run, _summary, machine_info
+from sdaccel.core.staging import disk_bytes
+from sdaccel.cpu.benchmark import machine_info, run_child, summarize_run
+from sdaccel.toy.random_checkpoints import REFERENCE_ARCHITECTURES, build_random_checkpoint
 
 #: Real architectures with random weights: ``--checkpoint`` key -> ``sdaccel/reference_configs`` folder.
-RANDOM = {"sd15": "sd-1.5", "sdxl": "sdxl-base-1.0"}
 #: What ``--workdir`` holds after a run: only a folder with this file is emptied by the next run.
 MARKER = ".bench_memory"
 QUANT_VARIANTS = ("int8_weights", "hybrid", "full_int8")
@@ -66,86 +65,6 @@ NOTEBOOK = {
 # ----------------------------------------------------------------------------------------------
 # The units of work (each runs in a child process)
 # ----------------------------------------------------------------------------------------------
-
-
-def build_random_checkpoint(
-    name: str,
-    folder: str,
-    seed: int = 0,
-    weight_dtype: str = "fp32",
-    configs: dict[str, dict] | None = None,
-) -> dict:
-    """The real architecture ``name`` (a key of :data:`RANDOM`: ``sd15``, ``sdxl``) with random
-    weights (PyTorch's default initialisation, seeded), as a diffusers folder that
-    ``diffusers.DiffusionPipeline``, ``sdaccel.cpu.export.export_pipeline`` and the JAX
-    ``sdaccel.tpu.pipeline.JaxPipeline`` load like the published checkpoint: every component from the
-    reference configs (``sdaccel/reference_configs``), the text encoders of the class their
-    ``architectures`` names (SDXL's second is ``CLIPTextModelWithProjection``), the scheduler of
-    the class its config names, and one CLIP tokenizer per encoder, written by ``sdaccel.toy.random_checkpoints``
-    with the pad token of ``tokenizers.json`` (time and memory do not depend on the vocabulary).
-
-    ``weight_dtype="fp16"`` stores the weights in float16: half the disk (SDXL: about 6.9 GB instead
-    of 13.9 GB) and the same timings, since every loader here upcasts to the dtype it is asked for
-    (the benchmarks ask for float32); the random values are drawn in float32 and rounded once.
-    ``configs``: component -> config replacing the reference one (a test builds a shrunk
-    architecture with it). Built in ``<folder>.partial`` and renamed into place when whole."""
-    import diffusers
-    import torch
-    import transformers
-    from diffusers import AutoencoderKL, UNet2DConditionModel
-
-    from sdaccel.toy.random_checkpoints import SD15_COMPONENTS, SDXL_COMPONENTS, publish, staging_folder
-
-    if name not in RANDOM:
-        raise ValueError(f"no reference architecture {name!r}: choose one of {sorted(RANDOM)}.")
-    dtypes = {"fp32": torch.float32, "fp16": torch.float16}
-    if weight_dtype not in dtypes:
-        raise ValueError(f"weight_dtype must be one of {sorted(dtypes)}, got {weight_dtype!r}.")
-    reference = resources.files("sdaccel").joinpath("reference_configs", RANDOM[name])
-    components = SDXL_COMPONENTS if name == "sdxl" else SD15_COMPONENTS
-
-    def config(component: str) -> dict:
-        if configs and component in configs:
-            return dict(configs[component])
-        return json.loads(reference.joinpath(f"{component}.json").read_text())
-
-    def save(module, component: str) -> None:
-        module.to(dtypes[weight_dtype]).save_pretrained(tmp / component)
-
-    folder = Path(folder)
-    tmp = staging_folder(folder)
-    # seeds as before the SDXL layout: unet seed, text_encoder seed + 1, vae seed + 2
-    torch.manual_seed(seed)
-    save(UNet2DConditionModel.from_config(config("unet")).eval(), "unet")
-    encoders = [c for c in components if c.startswith("text_encoder")]
-    for i, component in enumerate(encoders):
-        torch.manual_seed(seed + (1 if i == 0 else 2 + i))
-        spec = config(component)
-        cls = getattr(transformers, spec.get("architectures", ["CLIPTextModel"])[0])
-        save(cls(transformers.CLIPTextConfig(**spec)).eval(), component)
-    torch.manual_seed(seed + 2)
-    save(AutoencoderKL.from_config(config("vae")).eval(), "vae")
-    scheduler = config("scheduler")
-    getattr(diffusers, scheduler["_class_name"]).from_config(scheduler).save_pretrained(tmp / "scheduler")
-    tokenizers = config("tokenizers")
-    for component in (c for c in components if c.startswith("tokenizer")):
-        _write_tokenizer(tmp / component, **tokenizers[component])
-    index = {"_class_name": "StableDiffusionXLPipeline" if name == "sdxl" else "StableDiffusionPipeline"}
-    index |= {k: list(v) for k, v in components.items()}
-    (tmp / "model_index.json").write_text(json.dumps(index, indent=2))
-    publish(tmp, folder)
-    return {"disk_bytes": folder_bytes(folder), "weight_dtype": weight_dtype}
-
-
-def _write_tokenizer(folder: Path, pad_token: str, model_max_length: int) -> None:
-    """A CLIP tokenizer with ``sdaccel.toy.random_checkpoints``'s small vocabulary, saved as transformers saves it."""
-    from transformers import CLIPTokenizer
-
-    from sdaccel.toy.random_checkpoints import write_clip_tokenizer_files
-
-    write_clip_tokenizer_files(folder)
-    tokenizer = CLIPTokenizer.from_pretrained(folder, pad_token=pad_token, model_max_length=model_max_length)
-    tokenizer.save_pretrained(folder)
 
 
 def export(src: str, dst: str, weight_dtype: str) -> dict:
@@ -186,16 +105,8 @@ def calibrate(folder: str, out_dir: str, samples: int, steps: int) -> dict:
 # ----------------------------------------------------------------------------------------------
 
 
-def folder_bytes(path: str | Path) -> int:
-    """Bytes of every file under ``path`` (or of the file ``path``)."""
-    path = Path(path)
-    if path.is_file():
-        return path.stat().st_size
-    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
-
-
 def ir_files_bytes(xml: Path) -> int:
-    return folder_bytes(xml) + folder_bytes(xml.with_suffix(".bin"))
+    return disk_bytes(xml) + disk_bytes(xml.with_suffix(".bin"))
 
 
 def prepare_workdir(workdir: Path) -> None:
@@ -212,10 +123,10 @@ def prepare_workdir(workdir: Path) -> None:
 
 def resolve(checkpoint: str, args) -> tuple[Path, str, str]:
     """The checkpoint folder (building the random one when needed), its label and kind of weights."""
-    if checkpoint in RANDOM:
+    if checkpoint in REFERENCE_ARCHITECTURES:
         folder = Path(args.random_root) / f"random-{checkpoint}"
         if not (folder / "model_index.json").is_file():
-            run = _run(
+            run = run_child(
                 f"build {checkpoint} with random weights",
                 build_random_checkpoint,
                 checkpoint,
@@ -249,7 +160,7 @@ def measure(args) -> dict:
     results = {
         "machine": machine_info(),
         "settings": dict(vars(args)),
-        "checkpoint": {"name": name, "path": str(src), "weights": weights, "disk_bytes": folder_bytes(src)},
+        "checkpoint": {"name": name, "path": str(src), "weights": weights, "disk_bytes": disk_bytes(src)},
         "image": [defaults.height, defaults.width],
         "complete": False,
         "steps": steps,
@@ -257,12 +168,12 @@ def measure(args) -> dict:
     }
 
     def step(key: str, title: str, fn, *fn_args, output: Path | None = None, limit_gb=limit, **kwargs):
-        run = _run(title, fn, *fn_args, limit_gb=limit_gb, min_free_gb=free, **kwargs)
-        entry = {"notebook": NOTEBOOK[key], **_summary(run)}
+        run = run_child(title, fn, *fn_args, limit_gb=limit_gb, min_free_gb=free, **kwargs)
+        entry = {"notebook": NOTEBOOK[key], **summarize_run(run)}
         entry.pop("rss_timeline_gb", None)
         if output is not None and run.ok:
             entry["output"] = str(output)
-            entry["disk_bytes"] = ir_files_bytes(output) if output.suffix == ".xml" else folder_bytes(output)
+            entry["disk_bytes"] = ir_files_bytes(output) if output.suffix == ".xml" else disk_bytes(output)
         steps[key] = entry
         out.parent.mkdir(parents=True, exist_ok=True)
         replace_json(out, results)
@@ -332,7 +243,7 @@ def parse_args(argv=None):
     )
     parser.add_argument(
         "checkpoint",
-        help=f"a diffusers folder or hub id, or {sorted(RANDOM)} (real architecture, random weights)",
+        help=f"a diffusers folder or hub id, or {sorted(REFERENCE_ARCHITECTURES)} (real architecture, random weights)",
     )
     parser.add_argument("--steps", type=int, default=2, help="denoising steps of the generated image")
     parser.add_argument(

@@ -116,9 +116,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
-import shutil
-import statistics
 import sys
 import time
 from importlib import resources
@@ -126,17 +123,47 @@ from pathlib import Path
 
 import numpy as np
 
-from sdaccel.core.env import cpu_features
+from sdaccel.cpu.benchmark import (
+    FLOAT_VARIANTS,
+    MODELS,
+    PIPELINE_PARTS,
+    VAE_VARIANTS,
+    add_speedups,
+    add_whole_image,
+    checkpoint_folder,
+    choose_precision_child,
+    choose_unet_precision,
+    export_deepcache_shallow,
+    export_ir,
+    export_random_component,
+    export_tome_ir,
+    export_vae_decoder,
+    ir_parameters,
+    label,
+    machine_info,
+    quality_levers,
+    quantize_vae_child,
+    results_table,
+    run_child,
+    summarize_run,
+    synthetic_calibration,
+    time_lever,
+    time_openvino,
+    time_tome,
+    time_torch,
+    time_torch_vae,
+    time_vae,
+    unet_config,
+    vae_latents,
+    wait_for_memory,
+)
 from sdaccel.cpu.deepcache import cached_shape
 from sdaccel.cpu.precision import CANDIDATES
 from sdaccel.cpu.quantize import SENSITIVE_LAYER_PATTERNS, quantize_ir
 from sdaccel.cpu.tome import check_ratio
 from sdaccel.toy.adherence import FLOAT_GROUP_VARIANTS
+from sdaccel.toy.random_checkpoints import BUILDERS, ensure_tiny
 
-#: Real architectures with random weights (configs in ``sdaccel/reference_configs``). Any other
-#: ``--models`` entry is a checkpoint (a diffusers folder or hub id; ``tiny-sd15`` / ``tiny-sdxl``
-#: are the tiny ones of ``sdaccel.toy.random_checkpoints``) whose own UNet weights are used.
-MODELS = {"sd15": "sd-1.5", "sdxl": "sdxl-base-1.0"}
 VARIANTS = (
     "torch_fp32",
     "ov_f32",
@@ -151,13 +178,10 @@ INT8 = ("int8_weights", "hybrid", "full_int8", "full_int8_float_resnets")
 #: to ``SENSITIVE_LAYER_PATTERNS``). The ResNets' pattern is the one that held adherence on the tiny
 #: trained models (``sdaccel.toy.adherence.FLOAT_GROUP_VARIANTS``).
 FLOAT_GROUPS = {"full_int8_float_resnets": ("full_int8", FLOAT_GROUP_VARIANTS["full_int8, float resnets"])}
-FLOAT_VARIANTS = {"ov_f32": "f32", "ov_bf16": "bf16"}
 LEVERS = ("deepcache", "quant_memory", "runtime", "static", "guidance_split", "vae_int8", "tome")
 #: The parts of ``--quality`` (``--quality-parts``): the INT8 UNets, DeepCache, the INT8 VAE
 #: decoders, the runtime levers' output differences, token merging.
 QUALITY_PARTS = ("int8_unet", "deepcache", "vae_int8", "levers_max_abs_diff", "tome")
-#: The VAE decoder recipes of lever ``vae_int8`` (``sdaccel.cpu.quantize_vae``).
-VAE_VARIANTS = ("int8_weights", "hybrid", "full_int8")
 
 #: The quantization-memory study (lever ``quant_memory``): recipe, source IR and knobs of each run.
 MEMORY_STUDY = {
@@ -173,392 +197,18 @@ MEMORY_STUDY = {
 
 
 # ----------------------------------------------------------------------------------------------
-# Models and inputs (run inside the child processes)
+# Models: the measuring pieces are in sdaccel.cpu.benchmark (each runs in a child process)
 # ----------------------------------------------------------------------------------------------
 
 
-def checkpoint_folder(model: str) -> Path | None:
-    """The checkpoint behind a ``--models`` entry, or ``None`` for a random-weight architecture."""
-    if model in MODELS:
-        return None
-    from sdaccel.toy.random_checkpoints import BUILDERS, ensure_tiny
-
-    if model in BUILDERS:
-        return ensure_tiny("build/checkpoints", model)
-    from sdaccel.core.checkpoint import resolve_checkpoint
-
-    return resolve_checkpoint(model, components=["unet"])
-
-
-def label(model: str) -> str:
-    """A short name for results and folders: the key, a folder's name, or the hub id."""
-    if model in MODELS or not Path(model).is_dir():
-        return model
-    return Path(model).name
-
-
-def unet_config(model: str) -> dict:
-    folder = checkpoint_folder(model)
-    if folder is not None:
-        return json.loads((folder / "unet" / "config.json").read_text())
-    path = resources.files("sdaccel").joinpath(f"reference_configs/{MODELS[model]}/unet.json")
-    return json.loads(path.read_text())
-
-
-def build_torch_unet(model: str, seed: int = 0):
-    """A checkpoint's UNet in float32, or the real architecture with random weights (PyTorch's
-    default initialisation, seeded)."""
-    import torch
-    from diffusers import UNet2DConditionModel
-
-    folder = checkpoint_folder(model)
-    if folder is not None:
-        return UNet2DConditionModel.from_pretrained(folder / "unet", torch_dtype=torch.float32).eval()
-    torch.manual_seed(seed)
-    return UNet2DConditionModel.from_config(unet_config(model)).eval()
-
-
-def unet_inputs(model: str, batch: int, latent: int, timestep: int = 500, seed: int = 0) -> dict:
-    """One UNet call's inputs, named as in the exported IR."""
-    cfg = unet_config(model)
-    rng = np.random.default_rng(seed)
-    inputs = {
-        "sample": rng.standard_normal((batch, cfg["in_channels"], latent, latent), dtype=np.float32),
-        "timestep": np.array([timestep], dtype=np.int64),
-        "encoder_hidden_states": rng.standard_normal(
-            (batch, 77, cfg["cross_attention_dim"]), dtype=np.float32
-        ),
-    }
-    if cfg.get("addition_embed_type") == "text_time":
-        pooled = cfg["projection_class_embeddings_input_dim"] - 6 * cfg["addition_time_embed_dim"]
-        size = latent * 8
-        inputs["text_embeds"] = rng.standard_normal((batch, pooled), dtype=np.float32)
-        inputs["time_ids"] = np.tile(np.array([[size, size, 0, 0, size, size]], np.float32), (batch, 1))
-    return inputs
-
-
-def export_ir(model: str, xml: str, seed: int = 0, fp16: bool = True) -> dict:
-    """The UNet -> OpenVINO IR with the export's port names, weights stored fp16 (or f32)."""
-    import gc
-
-    import openvino as ov
-
-    from sdaccel.cpu.export import convert_unet
-
-    start = time.perf_counter()
-    unet = build_torch_unet(model, seed)
-    params = sum(p.numel() for p in unet.parameters())
-    ov_model = convert_unet(unet)
-    del unet
-    gc.collect()
-    Path(xml).parent.mkdir(parents=True, exist_ok=True)
-    ov.save_model(ov_model, xml, compress_to_fp16=fp16)
-    return {"seconds": time.perf_counter() - start, "params": params}
-
-
-def _time_calls(call, iters: int, warmup: int) -> tuple[list[float], list[float]]:
-    """Wall-clock and CPU seconds (this process, all threads) of ``iters`` calls after ``warmup``."""
-    for _ in range(warmup):
-        call()
-    times, cpu_times = [], []
-    for _ in range(iters):
-        tick, cpu = time.perf_counter(), time.process_time()
-        call()
-        times.append(time.perf_counter() - tick)
-        cpu_times.append(time.process_time() - cpu)
-    return times, cpu_times
-
-
-def time_torch(model: str, batch: int, latent: int, iters: int, warmup: int, seed: int = 0) -> dict:
-    import torch
-
-    torch.set_flush_denormal(True)  # as OpenVINO does: denormals would slow random-weight layers
-    unet = build_torch_unet(model, seed)
-    inputs = {k: torch.from_numpy(v) for k, v in unet_inputs(model, batch, latent).items()}
-    added = None
-    if "text_embeds" in inputs:
-        added = {"text_embeds": inputs["text_embeds"], "time_ids": inputs["time_ids"]}
-
-    def call():
-        with torch.inference_mode():
-            unet(
-                inputs["sample"], inputs["timestep"], inputs["encoder_hidden_states"], added_cond_kwargs=added
-            )
-
-    times, cpu_times = _time_calls(call, iters, warmup)
-    return {"times": times, "cpu_times": cpu_times, "precision": "f32", "compile_s": 0.0}
-
-
-def time_openvino(xml: str, inputs_spec: dict, precision: str | None, iters: int, warmup: int) -> dict:
-    """``quantize.time_unet`` (static shapes) on the inputs described by ``inputs_spec``:
-    ``unet_inputs``'s keyword arguments plus ``"extra"``, more input arrays given by their shapes
-    (DeepCache's cached feature)."""
-    from sdaccel.cpu.quantize import time_unet
-
-    spec = dict(inputs_spec)
-    extra = spec.pop("extra", {})
-    inputs = unet_inputs(**spec)
-    rng = np.random.default_rng(1)
-    inputs.update({name: rng.standard_normal(shape, dtype=np.float32) for name, shape in extra.items()})
-    timing = time_unet(xml, inputs, iters=iters, warmup=warmup, precision=precision, static=True)
-    return {k: timing[k] for k in ("times", "cpu_times", "compile_s", "precision")}
-
-
-def synthetic_calibration(
-    folder: str, model: str, batch: int, latent: int, count: int, extra: dict | None = None
-):
-    """``count`` UNet inputs spread over the timestep range, written as a CalibrationSet."""
-    from sdaccel.cpu.quantize import CalibrationSet
-
-    timesteps = np.linspace(999, 1, count).round().astype(int)
-    samples = []
-    for i, t in enumerate(timesteps):
-        sample = unet_inputs(model, batch, latent, timestep=int(t), seed=100 + i)
-        rng = np.random.default_rng(200 + i)
-        sample.update(
-            {name: rng.standard_normal(shape, dtype=np.float32) for name, shape in (extra or {}).items()}
-        )
-        samples.append(sample)
-    shutil.rmtree(folder, ignore_errors=True)
-    return CalibrationSet.save(samples, folder)
+def resolve_model(model: str) -> str:
+    """A ``--models`` entry as ``sdaccel.cpu.benchmark`` takes it: the folder of a tiny checkpoint
+    of ``sdaccel.toy.random_checkpoints`` (built when missing), anything else as it is."""
+    return str(ensure_tiny("build/checkpoints", model)) if model in BUILDERS else model
 
 
 # ----------------------------------------------------------------------------------------------
-# DeepCache: the shallow UNet
-# ----------------------------------------------------------------------------------------------
-
-
-def export_deepcache_shallow(model: str, xml: str, seed: int = 0) -> dict:
-    """Export the shallow UNet that DeepCache runs on its cached steps
-    (:func:`sdaccel.cpu.deepcache.convert_shallow`: the UNet's inputs plus ``cached``, the input of
-    the last up block saved by the last full step; output ``out_sample``), weights stored fp16."""
-    import gc
-
-    import openvino as ov
-
-    from sdaccel.cpu.deepcache import convert_shallow
-
-    ov_model = convert_shallow(build_torch_unet(model, seed))
-    gc.collect()
-    Path(xml).parent.mkdir(parents=True, exist_ok=True)
-    ov.save_model(ov_model, xml, compress_to_fp16=True)
-    return {"inputs": [port.get_any_name() for port in ov_model.inputs]}
-
-
-# ----------------------------------------------------------------------------------------------
-# Token merging: the merged UNets (lever tome; children)
-# ----------------------------------------------------------------------------------------------
-
-
-def export_tome_ir(model: str, xml: str, ratio: float, latent: int, seed: int = 0) -> dict:
-    """The UNet with ``ratio`` of its full-resolution tokens merged
-    (:func:`sdaccel.cpu.tome.convert_tome_unet`), traced at ``latent x latent`` latents, weights
-    stored fp16; what was merged is written next to the IR (``.json``, last: its presence marks a
-    finished export)."""
-    import gc
-
-    from sdaccel.cpu.export import save_ir
-    from sdaccel.cpu.tome import convert_tome_unet
-
-    start = time.perf_counter()
-    unet = build_torch_unet(model, seed)
-    ov_model, report = convert_tome_unet(unet, ratio, latent, latent)
-    del unet
-    gc.collect()
-    xml = Path(xml)
-    xml.parent.mkdir(parents=True, exist_ok=True)
-    xml.with_suffix(".json").unlink(missing_ok=True)
-    save_ir(ov_model, xml, compress_to_fp16=True)
-    xml.with_suffix(".json").write_text(json.dumps(report, indent=2))
-    return {"seconds": time.perf_counter() - start}
-
-
-def time_tome(
-    irs: dict[str, str], inputs_spec: dict, rounds: int, warmup: int, precision: str | None
-) -> dict:
-    """The unmerged UNet (the first of ``irs``: name -> IR) and each merged one, static, interleaved:
-    every round compiles, warms up and times each IR in turn (``sdaccel.cpu.levers.time_arms`` on
-    one arm, so one model is in memory at a time). The layout of ``time_arms``' result, with each
-    arm's ``speedup`` over the first."""
-    from sdaccel.cpu import levers
-
-    inputs = unet_inputs(**inputs_spec)
-    rows = {name: {"times": [], "cpu_times": [], "compile_s": []} for name in irs}
-    for _ in range(rounds):
-        for name, xml in irs.items():
-            arm = levers.time_arms(
-                xml, inputs, {name: levers.Arm()}, 1, warmup, precision, keep_compiled=False
-            )["arms"][name]
-            for key in ("times", "cpu_times", "compile_s"):
-                rows[name][key] += arm[key]
-            rows[name].setdefault("reported", arm["reported"])
-            rows[name].setdefault("output_abs_max", arm["output_abs_max"])
-    first = next(iter(irs))
-    for name, row in rows.items():
-        row["s_per_call"] = statistics.median(row["times"])
-        row["cpu_s_per_call"] = statistics.median(row["cpu_times"])
-        row["speedup"] = rows[first]["s_per_call"] / row["s_per_call"]
-        row["cpu_speedup"] = rows[first]["cpu_s_per_call"] / row["cpu_s_per_call"]
-        row["ir"] = str(Path(irs[name]).resolve())
-    return {"reference": first, "rounds": rounds, "warmup": warmup, "keep_compiled": False, "arms": rows}
-
-
-# ----------------------------------------------------------------------------------------------
-# The float precision of the INT8 variants, and the runtime levers (children)
-# ----------------------------------------------------------------------------------------------
-
-
-def choose_unet_precision(
-    xml: str, inputs_spec: dict, candidates: list[str], iters: int, warmup: int
-) -> dict:
-    """``choose_precision``'s rule on the UNet IR alone: each candidate compiled static (as the
-    variants are timed), ``warmup`` + ``iters`` calls, the fastest that the plugin honoured."""
-    import openvino as ov
-
-    from sdaccel.cpu.precision import decide, measure
-
-    core = ov.Core()
-    inputs = unet_inputs(**inputs_spec)
-    model = core.read_model(xml)
-    model.reshape({name: list(value.shape) for name, value in inputs.items()})
-
-    def compile_model(precision):
-        return core.compile_model(
-            model, "CPU", {"PERFORMANCE_HINT": "LATENCY", "INFERENCE_PRECISION_HINT": precision}
-        )
-
-    measurements = {p: measure(compile_model, inputs, p, iters, warmup) for p in candidates}
-    return {
-        "chosen": decide(measurements),
-        "measurements": {
-            p: {"reported": m.reported, "median_s": m.median_s, "times": m.times, "cpu_times": m.cpu_times}
-            for p, m in measurements.items()
-        },
-    }
-
-
-def time_lever(
-    xml: str,
-    inputs_spec: dict,
-    lever: str,
-    rounds: int,
-    warmup: int,
-    precision: str | None,
-    keep_compiled: bool,
-    cores: int,
-    only: list[str] | None = None,
-) -> dict:
-    """The arms of a runtime lever (``sdaccel.cpu.levers``) on one UNet call's inputs, interleaved;
-    ``only``: those of them (by name), the lever's reference arm always first."""
-    from sdaccel.cpu import levers
-
-    arms = {
-        "runtime": levers.runtime_arms(cores),
-        "static": levers.STATIC_ARMS,
-        "guidance_split": levers.GUIDANCE_ARMS,
-    }[lever]
-    if only:
-        unknown = sorted(set(only) - set(arms))
-        if unknown:
-            raise ValueError(f"no arm {unknown} in lever {lever}; its arms: {list(arms)}")
-        reference = next(iter(arms))
-        arms = {name: arm for name, arm in arms.items() if name == reference or name in only}
-    return levers.time_arms(
-        xml, unet_inputs(**inputs_spec), arms, rounds, warmup, precision, keep_compiled=keep_compiled
-    )
-
-
-# ----------------------------------------------------------------------------------------------
-# The VAE decoder: f32 against INT8 (lever vae_int8; children)
-# ----------------------------------------------------------------------------------------------
-
-
-def vae_config(model: str) -> dict:
-    folder = checkpoint_folder(model)
-    if folder is not None:
-        return json.loads((folder / "vae" / "config.json").read_text())
-    path = resources.files("sdaccel").joinpath(f"reference_configs/{MODELS[model]}/vae.json")
-    return json.loads(path.read_text())
-
-
-def vae_latents(model: str, latent: int, count: int, seed: int = 0) -> np.ndarray:
-    """``count`` decoder inputs ``[count, C, latent, latent]``: unit Gaussian diffusion latents,
-    unscaled as the pipeline unscales them (``/ scaling_factor``)."""
-    cfg = vae_config(model)
-    rng = np.random.default_rng(seed)
-    shape = (count, cfg.get("latent_channels", 4), latent, latent)
-    return (rng.standard_normal(shape, dtype=np.float32) / cfg.get("scaling_factor", 0.18215)).astype(
-        np.float32
-    )
-
-
-def export_vae_decoder(model: str, xml: str, seed: int = 0) -> dict:
-    """The VAE decoder (a checkpoint's, or the architecture's with seeded random weights) -> IR,
-    weights stored fp16, with the export's converter."""
-    import gc
-
-    import openvino as ov
-    import torch
-    from diffusers import AutoencoderKL
-
-    from sdaccel.cpu.export import convert_vae_decoder
-
-    start = time.perf_counter()
-    folder = checkpoint_folder(model)
-    torch.manual_seed(seed)
-    if folder is not None:
-        vae = AutoencoderKL.from_pretrained(folder / "vae", torch_dtype=torch.float32)
-    else:
-        vae = AutoencoderKL.from_config(vae_config(model))
-    vae.eval()
-    params = sum(p.numel() for p in [*vae.decoder.parameters(), *vae.post_quant_conv.parameters()])
-    ov_model = convert_vae_decoder(vae)
-    del vae
-    gc.collect()
-    Path(xml).parent.mkdir(parents=True, exist_ok=True)
-    ov.save_model(ov_model, xml, compress_to_fp16=True)
-    return {"seconds": time.perf_counter() - start, "params": params}
-
-
-def quantize_vae_child(src: str, dst: str, variant: str, latents_npy: str | None, subset: int) -> dict:
-    from sdaccel.cpu.quantize_vae import quantize_vae_decoder
-
-    latents = None if latents_npy is None else np.load(latents_npy)
-    return quantize_vae_decoder(src, dst, variant, latents, subset)
-
-
-def time_vae(xml: str, model: str, latent: int, precision: str | None, iters: int, warmup: int) -> dict:
-    """One decode (batch 1, as the pipeline decodes) of the VAE decoder IR, static shapes."""
-    from sdaccel.cpu.quantize import time_unet
-
-    inputs = {"latent_sample": vae_latents(model, latent, 1, seed=1)}
-    timing = time_unet(xml, inputs, iters=iters, warmup=warmup, precision=precision, static=True)
-    return {k: timing[k] for k in ("times", "cpu_times", "compile_s", "precision")}
-
-
-def time_torch_vae(model: str, latent: int, iters: int, warmup: int, seed: int = 0) -> dict:
-    import torch
-    from diffusers import AutoencoderKL
-
-    torch.set_flush_denormal(True)
-    folder = checkpoint_folder(model)
-    torch.manual_seed(seed)
-    if folder is not None:
-        vae = AutoencoderKL.from_pretrained(folder / "vae", torch_dtype=torch.float32).eval()
-    else:
-        vae = AutoencoderKL.from_config(vae_config(model)).eval()
-    latents = torch.from_numpy(vae_latents(model, latent, 1, seed=1))
-
-    def call():
-        with torch.inference_mode():
-            vae.decode(latents)
-
-    times, cpu_times = _time_calls(call, iters, warmup)
-    return {"times": times, "cpu_times": cpu_times, "precision": "f32", "compile_s": 0.0}
-
-
-# ----------------------------------------------------------------------------------------------
-# Quality on a trained tiny checkpoint (--quality; children)
+# Quality on a trained tiny checkpoint (--quality; children; sdaccel.toy scores them)
 # ----------------------------------------------------------------------------------------------
 
 
@@ -606,92 +256,9 @@ def quality_tome(checkpoint: str, work: str, prompts: int, ratios: list[float]) 
     return {"settings": out["settings"], "rows": out["rows"]}
 
 
-def quality_levers(checkpoint: str, work: str, batch: int) -> dict:
-    """Max abs difference of each runtime lever's UNet output from its reference arm, on the
-    checkpoint's exported UNet at its native size (one round each: numerics, not speed)."""
-    from sdaccel.core.checkpoint import resolve_checkpoint
-    from sdaccel.cpu import levers
-    from sdaccel.cpu.export import MODEL_XML, export_pipeline
-
-    folder = resolve_checkpoint(checkpoint)
-    export = export_pipeline(folder, Path(work) / "openvino", components=["unet"], progress=False)
-    latent = json.loads((folder / "unet" / "config.json").read_text())["sample_size"]
-    inputs = unet_inputs(checkpoint, batch, latent)
-    arms = {
-        "runtime": levers.runtime_arms(os.cpu_count() or 1),
-        "static": levers.STATIC_ARMS,
-        "guidance_split": levers.GUIDANCE_ARMS,
-    }
-    out = {}
-    for lever, group in arms.items():
-        timed = levers.time_arms(
-            export / "unet" / MODEL_XML, inputs, group, rounds=1, warmup=0, precision="f32"
-        )
-        out[lever] = {
-            name: {k: row[k] for k in ("max_abs_diff", "output_abs_max")}
-            for name, row in timed["arms"].items()
-        }
-    return out
-
-
 # ----------------------------------------------------------------------------------------------
 # Precision by measurement: a whole pipeline folder
 # ----------------------------------------------------------------------------------------------
-
-#: The components of a text-to-image export, per reference architecture.
-PIPELINE_PARTS = {
-    "sd15": ("text_encoder", "unet", "vae_decoder"),
-    "sdxl": ("text_encoder", "text_encoder_2", "unet", "vae_decoder"),
-}
-
-
-def export_random_component(model: str, folder: str, component: str, seed: int = 0) -> dict:
-    """One component of the architecture ``model`` with random weights (seeded), converted with
-    the export's own converters into ``folder/component`` (``config.json`` and the IR, weights
-    stored fp16), as ``export_pipeline`` lays it out."""
-    import gc
-
-    import openvino as ov
-    import torch
-
-    from sdaccel.cpu.export import MODEL_XML, convert_text_encoder, convert_unet, convert_vae_decoder
-
-    start = time.perf_counter()
-    configs = resources.files("sdaccel").joinpath(f"reference_configs/{MODELS[model]}")
-    torch.manual_seed(seed)
-    if component == "unet":
-        module = build_torch_unet(model, seed)
-        config = unet_config(model)
-        ov_model = convert_unet(module)
-    elif component.startswith("text_encoder"):
-        import transformers
-
-        config = json.loads(configs.joinpath(f"{component}.json").read_text())
-        cls = getattr(transformers, config.get("architectures", ["CLIPTextModel"])[0])
-        module = cls(transformers.CLIPTextConfig(**config)).eval()
-        ov_model = convert_text_encoder(module, config.get("max_position_embeddings", 77))
-    else:
-        from diffusers import AutoencoderKL
-
-        config = json.loads(configs.joinpath("vae.json").read_text())
-        module = AutoencoderKL.from_config(config).eval()
-        ov_model = convert_vae_decoder(module)
-    params = sum(p.numel() for p in module.parameters())
-    del module
-    gc.collect()
-    out = Path(folder) / component
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "config.json").write_text(json.dumps(config, indent=2))
-    ov.save_model(ov_model, str(out / MODEL_XML), compress_to_fp16=True)
-    return {"seconds": time.perf_counter() - start, "params": params}
-
-
-def choose_precision_child(folder: str, candidates: list[str], iters: int, warmup: int) -> dict:
-    """``choose_precision`` on an export folder, measured afresh (the cache is not read)."""
-    from sdaccel.cpu.precision import choose_precision
-
-    choice = choose_precision(folder, candidates=candidates, iters=iters, warmup=warmup, cache=False)
-    return {"choice": choice.to_json(), "table": choice.table()}
 
 
 def bench_precision(model: str, args, work: Path) -> dict:
@@ -717,7 +284,7 @@ def bench_precision(model: str, args, work: Path) -> dict:
             if args.reuse and (folder / component / MODEL_XML).is_file():
                 out["export"][component] = {"ok": True, "reused": True}
                 continue
-            run = _run(
+            run = run_child(
                 f"export {component} (random weights)",
                 export_random_component,
                 model,
@@ -726,13 +293,13 @@ def bench_precision(model: str, args, work: Path) -> dict:
                 limit_gb=limit,
                 min_free_gb=free,
             )
-            out["export"][component] = _summary(run)
+            out["export"][component] = summarize_run(run)
             if not run.ok:
                 return out
     else:
         src = checkpoint_folder(model)
         export_pipeline(src, folder, components=text_to_image_components(src), progress=False)
-    run = _run(
+    run = run_child(
         "choose the precision of each component",
         choose_precision_child,
         str(folder),
@@ -742,7 +309,7 @@ def bench_precision(model: str, args, work: Path) -> dict:
         limit_gb=limit,
         min_free_gb=free,
     )
-    out["choose"] = _summary(run)
+    out["choose"] = summarize_run(run)
     if run.ok:
         print(run.result["table"], flush=True)
     return out
@@ -751,92 +318,6 @@ def bench_precision(model: str, args, work: Path) -> dict:
 # ----------------------------------------------------------------------------------------------
 # The driver (parent process)
 # ----------------------------------------------------------------------------------------------
-
-
-def machine_info() -> dict:
-    import nncf
-    import openvino as ov
-    import psutil
-    import torch
-
-    flags = ""
-    try:
-        flags = Path("/proc/cpuinfo").read_text()
-        model_name = next(
-            line.split(":", 1)[1].strip() for line in flags.splitlines() if "model name" in line
-        )
-    except (OSError, StopIteration):
-        model_name = platform.processor()
-    return {
-        "cpu": model_name,
-        "logical_cores": psutil.cpu_count(),
-        "physical_cores": psutil.cpu_count(logical=False),
-        "avx512_vnni": "avx512_vnni" in flags,
-        "avx512_bf16": "avx512_bf16" in flags,
-        "amx": "amx_tile" in flags,
-        "cpu_flags": cpu_features(),
-        "memory_gb": round(psutil.virtual_memory().total / 2**30, 1),
-        "openvino": ov.get_version(),
-        "nncf": nncf.__version__,
-        "torch": torch.__version__,
-        "python": platform.python_version(),
-    }
-
-
-def _free_gb() -> float:
-    import psutil
-
-    return psutil.virtual_memory().available / 2**30
-
-
-def _run(label: str, fn, *args, limit_gb: float | None, min_free_gb: float, wait_s: float = 900, **kwargs):
-    """One child-process job. It waits up to ``wait_s`` for ``min_free_gb`` of available memory
-    (the machine may be shared), and is skipped if that never comes."""
-    from sdaccel.core.processes import ChildRun, run_with_memory_limit
-
-    deadline = time.monotonic() + wait_s
-    while (free := _free_gb()) < min_free_gb and time.monotonic() < deadline:
-        time.sleep(10)
-    if free < min_free_gb:
-        print(f"  {label}: skipped, {free:.1f} GiB available < {min_free_gb} GiB", flush=True)
-        return ChildRun(error=f"skipped: {free:.1f} GiB available < {min_free_gb} GiB")
-    print(f"  {label} ...", end="", flush=True)
-    load = os.getloadavg()[0]
-    run = run_with_memory_limit(fn, *args, limit_gb=limit_gb, **kwargs)
-    run.load = (load, os.getloadavg()[0])
-    status = "ok" if run.ok else run.error.splitlines()[0][:200]
-    print(
-        f" {run.seconds:.0f} s, peak RSS {run.peak_rss_gb:.1f} GiB (anonymous {run.peak_anon_gb:.1f}), "
-        f"load {load:.1f}, {status}",
-        flush=True,
-    )
-    return run
-
-
-def _summary(run, extra: dict | None = None) -> dict:
-    out = {
-        "ok": run.ok,
-        "peak_rss_gb": round(run.peak_rss_gb, 2),
-        "peak_anon_gb": round(run.peak_anon_gb, 2),
-        "wall_s": round(run.seconds, 1),
-    }
-    if run.samples:  # RSS over the run, at most 40 points (GiB), to see where the peak is
-        step = max(1, len(run.samples) // 40)
-        out["rss_timeline_gb"] = [
-            round(max(run.samples[i : i + step]) / 2**30, 2) for i in range(0, len(run.samples), step)
-        ]
-    if hasattr(run, "load"):  # 1-minute load average before and after: other jobs on the machine
-        out["load_avg"] = [round(x, 1) for x in run.load]
-    if run.error:
-        out["error"] = run.error
-    if run.ok and isinstance(run.result, dict):
-        result = dict(run.result)
-        if "times" in result:
-            result["s_per_step"] = statistics.median(result["times"])
-            result["cpu_s_per_step"] = statistics.median(result["cpu_times"])
-        out.update(result)
-    out.update(extra or {})
-    return out
 
 
 def bench_model(model: str, args, previous: dict | None = None) -> dict:
@@ -857,9 +338,9 @@ def bench_model(model: str, args, previous: dict | None = None) -> dict:
 
     print(f"[{name}] {MODELS.get(model, 'checkpoint')} UNet, {weights} weights", flush=True)
     if args.reuse and source.is_file():
-        result["export"] = {"ok": True, "reused": str(source.resolve()), "params": _ir_parameters(source)}
+        result["export"] = {"ok": True, "reused": str(source.resolve()), "params": ir_parameters(source)}
     else:
-        run = _run(
+        run = run_child(
             "export to OpenVINO IR (fp16 weights)",
             export_ir,
             model,
@@ -867,7 +348,7 @@ def bench_model(model: str, args, previous: dict | None = None) -> dict:
             limit_gb=limit,
             min_free_gb=free,
         )
-        result["export"] = _summary(run)
+        result["export"] = summarize_run(run)
         if not run.ok:
             return result
     result["export"]["size_bytes"] = ir_size_bytes(source)
@@ -880,7 +361,7 @@ def bench_model(model: str, args, previous: dict | None = None) -> dict:
 
     for variant in args.variants:
         if variant == "torch_fp32":
-            run = _run(
+            run = run_child(
                 variant,
                 time_torch,
                 model,
@@ -892,7 +373,7 @@ def bench_model(model: str, args, previous: dict | None = None) -> dict:
                 min_free_gb=free,
             )
             size = {"size_bytes": 4 * params} if params else {}
-            result["variants"][variant] = _summary(run, size)
+            result["variants"][variant] = summarize_run(run, size)
             continue
         xml = source
         if variant in INT8:
@@ -901,7 +382,7 @@ def bench_model(model: str, args, previous: dict | None = None) -> dict:
                 continue
             for precision in int8_floats(model, args, work, spec, result):
                 row = variant if precision == result["int8_float"]["chosen"] else f"{variant}@{precision}"
-                run = _run(
+                run = run_child(
                     f"{row} (float layers: {precision})",
                     time_openvino,
                     str(xml),
@@ -913,10 +394,10 @@ def bench_model(model: str, args, previous: dict | None = None) -> dict:
                     min_free_gb=free,
                 )
                 extra = {"size_bytes": ir_size_bytes(xml), "float_precision_asked": precision}
-                result["variants"][row] = _summary(run, extra)
+                result["variants"][row] = summarize_run(run, extra)
             continue
         precision = "f32" if variant == "ov_f32" else None
-        run = _run(
+        run = run_child(
             variant,
             time_openvino,
             str(xml),
@@ -927,7 +408,7 @@ def bench_model(model: str, args, previous: dict | None = None) -> dict:
             limit_gb=limit,
             min_free_gb=free,
         )
-        result["variants"][variant] = _summary(run, {"size_bytes": ir_size_bytes(xml)})
+        result["variants"][variant] = summarize_run(run, {"size_bytes": ir_size_bytes(xml)})
 
     if "deepcache" in args.levers:
         result["deepcache"] = bench_deepcache(model, args, work, spec, result)
@@ -942,8 +423,8 @@ def bench_model(model: str, args, previous: dict | None = None) -> dict:
         result.setdefault("levers", {})["vae_int8"] = bench_vae_int8(model, args, work, result)
     if "tome" in args.levers:
         result.setdefault("levers", {})["tome"] = bench_tome(model, args, work, spec, result, source)
-    _speedups(result)
-    _whole_image(result, args.steps_per_image)
+    add_speedups(result)
+    add_whole_image(result, args.steps_per_image)
     return result
 
 
@@ -972,7 +453,7 @@ def _quantize_unet(model, variant, xml, source, calibration, smooth_quant, args,
         extra["kept_in_float"] = knobs["ignored"]
     budget = args.quant_max_memory_gb
     if budget is None:
-        run = _run(
+        run = run_child(
             f"quantize {variant} (from the {args.quant_source} IR)",
             quantize_ir,
             str(quant_source),
@@ -984,10 +465,10 @@ def _quantize_unet(model, variant, xml, source, calibration, smooth_quant, args,
             min_free_gb=max(args.min_free_gb, args.quant_memory_limit_gb),
             **knobs,
         )
-        result["quantization"][variant] = _summary(run, extra)
+        result["quantization"][variant] = summarize_run(run, extra)
         return run.ok
     # in parts within the budget: quantize_ir runs every part in its own watched child
-    _wait_for_memory(max(args.min_free_gb, budget + 2), f"quantize {variant}")
+    wait_for_memory(max(args.min_free_gb, budget + 2), f"quantize {variant}")
     print(f"  quantize {variant} in parts within {budget} GiB ...", end="", flush=True)
     load, tick = os.getloadavg()[0], time.perf_counter()
     try:
@@ -1014,16 +495,6 @@ def _quantize_unet(model, variant, xml, source, calibration, smooth_quant, args,
     return True
 
 
-def _wait_for_memory(min_free_gb: float, label: str, wait_s: float = 900) -> None:
-    deadline = time.monotonic() + wait_s
-    while _free_gb() < min_free_gb and time.monotonic() < deadline:
-        time.sleep(10)
-    if _free_gb() < min_free_gb:
-        print(
-            f"  {label}: only {_free_gb():.1f} GiB available (wanted {min_free_gb}); going ahead", flush=True
-        )
-
-
 def best_float(model: str, args, work: Path, spec: dict, result: dict) -> dict:
     """The float precision of the UNet on this CPU, by ``choose_precision``'s rule: the only one the
     plugin offers; else the faster of ``ov_f32`` / ``ov_bf16`` where both ran as asked in this run;
@@ -1048,7 +519,7 @@ def best_float(model: str, args, work: Path, spec: dict, result: dict) -> dict:
             "why": "the faster of " + " / ".join(f"ov_{p}" for p in offered) + " in this run",
         }
     else:
-        run = _run(
+        run = run_child(
             "choose the UNet's float precision",
             choose_unet_precision,
             str(work / "unet_fp16.xml"),
@@ -1091,7 +562,7 @@ def int8_floats(model: str, args, work: Path, spec: dict, result: dict) -> list[
 def bench_lever(model: str, args, work: Path, spec: dict, result: dict, lever: str, source: Path) -> dict:
     """One runtime lever (``sdaccel.cpu.levers``) on the UNet IR in the best float, in a child."""
     precision = best_float(model, args, work, spec, result)["chosen"]
-    run = _run(
+    run = run_child(
         f"lever {lever} ({precision}, {args.lever_rounds} rounds"
         + (", compiled afresh each round)" if args.lever_recompile else ")"),
         time_lever,
@@ -1107,7 +578,7 @@ def bench_lever(model: str, args, work: Path, spec: dict, result: dict, lever: s
         limit_gb=args.memory_limit_gb,
         min_free_gb=args.min_free_gb,
     )
-    out = _summary(run, {"precision_asked": precision, "source_ir": str(source.resolve())})
+    out = summarize_run(run, {"precision_asked": precision, "source_ir": str(source.resolve())})
     for name, arm in out.get("arms", {}).items():
         print(
             f"    {name:28} {arm['s_per_call']:9.3f} s  x{arm['speedup']:.2f}  "
@@ -1132,7 +603,7 @@ def bench_tome(model: str, args, work: Path, spec: dict, result: dict, source: P
         if args.reuse and xml.is_file() and report.is_file():
             out["export"][key] = {"ok": True, "reused": str(xml.resolve())}
         else:
-            run = _run(
+            run = run_child(
                 f"tome: export the UNet merged at {key} ({args.latent}x{args.latent} latents)",
                 export_tome_ir,
                 model,
@@ -1142,12 +613,12 @@ def bench_tome(model: str, args, work: Path, spec: dict, result: dict, source: P
                 limit_gb=limit,
                 min_free_gb=free,
             )
-            out["export"][key] = _summary(run)
+            out["export"][key] = summarize_run(run)
             if not run.ok:
                 continue
         out["merged"][key] = json.loads(report.read_text())
         irs[f"tome {key}"] = str(xml)
-    run = _run(
+    run = run_child(
         f"lever tome ({precision}, {args.lever_rounds} rounds, compiled afresh each round)",
         time_tome,
         irs,
@@ -1158,7 +629,7 @@ def bench_tome(model: str, args, work: Path, spec: dict, result: dict, source: P
         limit_gb=limit,
         min_free_gb=free,
     )
-    out.update(_summary(run, {"precision_asked": precision}))
+    out.update(summarize_run(run, {"precision_asked": precision}))
     for name, arm in out.get("arms", {}).items():
         print(
             f"    {name:28} {arm['s_per_call']:9.3f} s  x{arm['speedup']:.2f}  "
@@ -1181,7 +652,7 @@ def bench_vae_int8(model: str, args, work: Path, result: dict) -> dict:
     source = work / "vae_decoder_fp16.xml"
     out = {"image_size": args.latent * 8, "rows": {}, "quantization": {}}
     if not (args.reuse and source.is_file()):
-        run = _run(
+        run = run_child(
             "vae: export the decoder",
             export_vae_decoder,
             model,
@@ -1189,13 +660,13 @@ def bench_vae_int8(model: str, args, work: Path, result: dict) -> dict:
             limit_gb=limit,
             min_free_gb=free,
         )
-        out["export"] = _summary(run)
+        out["export"] = summarize_run(run)
         if not run.ok:
             return out
     latents = work / "vae_calibration.npy"
     np.save(latents, vae_latents(model, args.latent, args.calib_samples))
     if "torch_fp32" in args.variants or "torch_fp32" in result["variants"]:
-        run = _run(
+        run = run_child(
             "vae: torch_fp32",
             time_torch_vae,
             model,
@@ -1205,8 +676,8 @@ def bench_vae_int8(model: str, args, work: Path, result: dict) -> dict:
             limit_gb=limit,
             min_free_gb=free,
         )
-        out["rows"]["torch_fp32"] = _summary(run)
-    run = _run(
+        out["rows"]["torch_fp32"] = summarize_run(run)
+    run = run_child(
         f"vae: {best}",
         time_vae,
         str(source),
@@ -1218,11 +689,11 @@ def bench_vae_int8(model: str, args, work: Path, result: dict) -> dict:
         limit_gb=limit,
         min_free_gb=free,
     )
-    out["rows"][best] = _summary(run, {"size_bytes": ir_size_bytes(source)})
+    out["rows"][best] = summarize_run(run, {"size_bytes": ir_size_bytes(source)})
     for variant in VAE_VARIANTS:
         xml = work / f"vae_decoder_{variant}.xml"
         if not (args.reuse and xml.is_file()):
-            run = _run(
+            run = run_child(
                 f"vae: quantize {variant}",
                 quantize_vae_child,
                 str(source),
@@ -1233,10 +704,10 @@ def bench_vae_int8(model: str, args, work: Path, result: dict) -> dict:
                 limit_gb=args.quant_memory_limit_gb,
                 min_free_gb=free,
             )
-            out["quantization"][variant] = _summary(run)
+            out["quantization"][variant] = summarize_run(run)
             if not run.ok:
                 continue
-        run = _run(
+        run = run_child(
             f"vae: {variant} (float layers: {int8})",
             time_vae,
             str(xml),
@@ -1248,7 +719,7 @@ def bench_vae_int8(model: str, args, work: Path, result: dict) -> dict:
             limit_gb=limit,
             min_free_gb=free,
         )
-        out["rows"][variant] = _summary(run, {"size_bytes": ir_size_bytes(xml)})
+        out["rows"][variant] = summarize_run(run, {"size_bytes": ir_size_bytes(xml)})
     reference = out["rows"].get(best, {})
     for row in out["rows"].values():
         if row.get("ok") and reference.get("ok"):
@@ -1283,28 +754,16 @@ def bench_quality(args) -> dict:
     for name, (fn, *fn_args) in jobs.items():
         if name not in args.quality_parts:
             continue
-        run = _run(f"quality: {name}", fn, *fn_args, limit_gb=limit, min_free_gb=free)
-        out[name] = _summary(run)
+        run = run_child(f"quality: {name}", fn, *fn_args, limit_gb=limit, min_free_gb=free)
+        out[name] = summarize_run(run)
     return out
-
-
-def _ir_parameters(xml: Path) -> int:
-    """Number of floating-point constant elements of an IR: its parameter count."""
-    import openvino as ov
-
-    return sum(
-        int(np.prod(op.get_output_shape(0)))
-        for op in ov.Core().read_model(str(xml)).get_ops()
-        if op.get_type_name() == "Constant"
-        and op.get_output_element_type(0).get_type_name() in ("f16", "f32")
-    )
 
 
 def _f32_ir(model: str, work: Path, args) -> Path | None:
     """The UNet exported with f32 weights (exported once; NNCF needs less memory from it)."""
     xml = work / "unet_f32.xml"
     if not xml.is_file():
-        run = _run(
+        run = run_child(
             "export to OpenVINO IR (f32 weights)",
             export_ir,
             model,
@@ -1328,7 +787,7 @@ def bench_quant_memory(model: str, args, work: Path) -> dict:
     calibration = work / "calibration"
     for name, (variant, source, knobs) in MEMORY_STUDY.items():
         target = work / "memory_study.xml"
-        run = _run(
+        run = run_child(
             f"memory study: {name}",
             quantize_ir,
             str(sources[source]),
@@ -1340,7 +799,7 @@ def bench_quant_memory(model: str, args, work: Path) -> dict:
             min_free_gb=max(args.min_free_gb, args.quant_memory_limit_gb),
             **knobs,
         )
-        study[name] = _summary(run)
+        study[name] = summarize_run(run)
         for path in (target, target.with_suffix(".bin")):
             path.unlink(missing_ok=True)
     return study
@@ -1352,7 +811,7 @@ def bench_deepcache(model: str, args, work: Path, spec: dict, result: dict) -> d
     shallow = work / "unet_shallow_fp16.xml"
     out = {"intervals": args.deepcache_intervals}
     if not (args.reuse and shallow.is_file()):
-        run = _run(
+        run = run_child(
             "deepcache: export the shallow UNet",
             export_deepcache_shallow,
             model,
@@ -1361,7 +820,7 @@ def bench_deepcache(model: str, args, work: Path, spec: dict, result: dict) -> d
             min_free_gb=free,
         )
         if not run.ok:
-            return _summary(run)
+            return summarize_run(run)
     cached = {"cached": cached_shape(unet_config(model), args.batch, args.latent, args.latent)}
     shallow_spec = {**spec, "extra": cached}
     best = best_float(model, args, work, spec, result)
@@ -1379,7 +838,7 @@ def bench_deepcache(model: str, args, work: Path, spec: dict, result: dict) -> d
         synthetic_calibration(
             str(calibration), model, args.batch, args.latent, args.calib_samples, extra=cached
         )
-        q = _run(
+        q = run_child(
             "deepcache: quantize the shallow UNet (full_int8)",
             quantize_ir,
             str(shallow),
@@ -1394,7 +853,7 @@ def bench_deepcache(model: str, args, work: Path, spec: dict, result: dict) -> d
             targets["full_int8"] = quantized
     for base, xml in targets.items():
         precision = precisions.get(base, result.get("int8_float", {}).get("chosen", best["chosen"]))
-        run = _run(
+        run = run_child(
             f"deepcache shallow step ({base}, float layers: {precision})",
             time_openvino,
             str(xml),
@@ -1405,7 +864,7 @@ def bench_deepcache(model: str, args, work: Path, spec: dict, result: dict) -> d
             limit_gb=limit,
             min_free_gb=free,
         )
-        entry = _summary(run)
+        entry = summarize_run(run)
         full = result["variants"].get(base, {})
         if run.ok and full.get("s_per_step"):
             entry["shallow_fraction"] = entry["s_per_step"] / full["s_per_step"]
@@ -1417,250 +876,10 @@ def bench_deepcache(model: str, args, work: Path, spec: dict, result: dict) -> d
     return out
 
 
-def _speedups(result: dict) -> None:
-    variants = result["variants"]
-    rows = dict(variants)
-    for base, entry in result.get("deepcache", {}).items():
-        if isinstance(entry, dict) and "avg_s_per_step" in entry:
-            for n, s in entry["avg_s_per_step"].items():
-                cpu = entry["avg_cpu_s_per_step"][n]
-                rows[f"{base}+deepcache(N={n})"] = {"s_per_step": s, "cpu_s_per_step": cpu, "ok": True}
-    rows = {name: entry for name, entry in rows.items() if entry.get("ok") and entry.get("s_per_step")}
-
-    def ratio(base: str | None, name: str, key: str):
-        return rows[base][key] / rows[name][key] if base in rows else None
-
-    best = result.get("best_float", {}).get("variant")
-    result["speedup"] = {
-        name: {
-            "s_per_step": entry["s_per_step"],
-            "cpu_s_per_step": entry["cpu_s_per_step"],
-            "vs_torch_fp32": ratio("torch_fp32", name, "s_per_step"),
-            "vs_ov_bf16": ratio("ov_bf16", name, "s_per_step"),
-            "vs_best_float": ratio(best, name, "s_per_step"),
-            "cpu_vs_torch_fp32": ratio("torch_fp32", name, "cpu_s_per_step"),
-            "cpu_vs_ov_bf16": ratio("ov_bf16", name, "cpu_s_per_step"),
-            "cpu_vs_best_float": ratio(best, name, "cpu_s_per_step"),
-        }
-        for name, entry in rows.items()
-    }
-
-
-def _whole_image(result: dict, steps: int) -> None:
-    """Seconds per image composed from the measured parts: ``steps`` UNet steps (batch 2, one
-    guided image) plus one VAE decode (lever ``vae_int8``): PyTorch's decoder for ``torch_fp32``,
-    the decoder in the best float for the OpenVINO rows, and each INT8 decoder beside the fastest
-    UNet row. The text encoder (one call per image, well under a UNet step) is left out."""
-    vae = result.get("levers", {}).get("vae_int8", {}).get("rows", {})
-    vae = {name: row["s_per_step"] for name, row in vae.items() if row.get("ok")}
-    float_vae = vae.get(result.get("best_float", {}).get("chosen"))
-    speed = result.get("speedup", {})
-    if float_vae is None or not speed:
-        return
-    rows = {}
-    for name, entry in speed.items():
-        decoder = vae.get("torch_fp32") if name == "torch_fp32" else float_vae
-        if decoder is not None:
-            rows[name] = {"unet_s": steps * entry["s_per_step"], "vae_s": decoder, "vae": "float"}
-    fastest = min((n for n in speed if n != "torch_fp32"), key=lambda n: speed[n]["s_per_step"])
-    for variant in VAE_VARIANTS:
-        if variant in vae:
-            rows[f"{fastest} + vae {variant}"] = {
-                "unet_s": steps * speed[fastest]["s_per_step"],
-                "vae_s": vae[variant],
-                "vae": variant,
-            }
-    best = result.get("best_float", {}).get("variant")
-    for row in rows.values():
-        row["s_per_image"] = row["unet_s"] + row["vae_s"]
-    for row in rows.values():
-        for base in ("torch_fp32", best):
-            if base in rows:
-                row[f"vs_{'torch_fp32' if base == 'torch_fp32' else 'best_float'}"] = (
-                    rows[base]["s_per_image"] / row["s_per_image"]
-                )
-    result["whole_image"] = {"steps": steps, "rows": rows}
-
-
 def print_table(results: dict) -> str:
-    header = (
-        f"{'model':10} {'variant':30} {'prec':5} {'s/step':>8} {'x torch':>8} {'x bf16':>7} {'x best':>7} "
-        f"{'cpu s':>8} {'x torch':>8} {'x best':>7} {'size MB':>8} {'run GiB':>8} {'quant GiB':>9}"
-    )
-    lines = [
-        f"{'':10} {'':30} {'':5} {'-- wall clock, median --':>33} {'-- CPU time, median --':>25}",
-        header,
-    ]
-    for model, result in results["models"].items():
-        for name, speed in result.get("speedup", {}).items():
-            entry = result["variants"].get(name, {})
-            quant = result["quantization"].get(name.split("@")[0], {})
-            size = entry.get("size_bytes")
-            lines.append(
-                f"{model[:10]:10} {name:30} {entry.get('precision', ''):5} {speed['s_per_step']:8.2f} "
-                f"{_fmt(speed['vs_torch_fp32'], 8)} {_fmt(speed['vs_ov_bf16'], 7)} "
-                f"{_fmt(speed.get('vs_best_float'), 7)} "
-                f"{speed['cpu_s_per_step']:8.2f} {_fmt(speed['cpu_vs_torch_fp32'], 8)} "
-                f"{_fmt(speed.get('cpu_vs_best_float'), 7)} {_fmt(size / 1e6 if size else None, 8, 0)} "
-                f"{_fmt(entry.get('peak_rss_gb'), 8, 1)} {_fmt(quant.get('peak_rss_gb'), 9, 1)}"
-            )
-        for name, quant in result["quantization"].items():
-            if not quant.get("ok"):
-                lines.append(f"{model[:10]:10} {name:30} quantization failed: {quant.get('error', '')[:80]}")
-        if "best_float" in result:
-            best = result["best_float"]
-            lines.append(f"{model[:10]:10} best float: {best['chosen']} ({best['why']})")
-        if "int8_float" in result:
-            lines.append(
-                f"{model[:10]:10} INT8 variants' float layers: {', '.join(result['int8_float']['timed'])} "
-                f"(--int8-float {result['int8_float']['mode']})"
-            )
-        lines.extend(_lever_lines(model, result))
-        choose = result.get("precision_choice", {}).get("choose", {})
-        if choose.get("ok"):
-            lines.append(f"{model[:10]:10} precision by measurement:")
-            lines.extend(f"{'':10} {line}" for line in choose["table"].splitlines())
-        elif choose:
-            lines.append(f"{model[:10]:10} precision by measurement failed: {choose.get('error', '')[:80]}")
-        for name, run in result.get("memory_study", {}).items():
-            status = "ok" if run.get("ok") else run.get("error", "")[:60]
-            lines.append(
-                f"{model[:10]:10} memory study: {name:32} peak RSS {run.get('peak_rss_gb', 0):5.1f} GiB "
-                f"(anonymous {run.get('peak_anon_gb', 0):5.1f}) "
-                f"{run.get('wall_s', 0):6.0f} s  {status}"
-            )
-    for checkpoint, quality in results.get("quality", {}).items():
-        lines.extend(_quality_lines(checkpoint, quality))
-    table = "\n".join(lines)
+    table = results_table(results)
     print(table)
     return table
-
-
-def _lever_lines(model: str, result: dict) -> list[str]:
-    """One line per lever setting: seconds per call, the ratio to the lever's reference arm (wall
-    and CPU), and the max abs difference of its output from the reference's."""
-    lines = []
-    for lever, out in result.get("levers", {}).items():
-        if lever in ("vae_int8", "tome"):
-            continue
-        if not out.get("ok"):
-            lines.append(f"{model[:10]:10} lever {lever}: failed: {out.get('error', '')[:80]}")
-            continue
-        lines.append(
-            f"{model[:10]:10} lever {lever} ({out['precision_asked']}, {out['rounds']} rounds, "
-            f"reference: {out['reference']}):"
-        )
-        for name, arm in out["arms"].items():
-            parallel = (
-                f"  {arm['parallel']} in flight: {arm['s_per_call_parallel']:.3f} s per call"
-                if "s_per_call_parallel" in arm
-                else ""
-            )
-            lines.append(
-                f"{'':10}   {name:28} {arm['s_per_call']:9.3f} s  x{arm['speedup']:5.2f}  "
-                f"cpu {arm['cpu_s_per_call']:8.3f} s  x{arm['cpu_speedup']:5.2f}  "
-                f"max |diff| {arm['max_abs_diff']:.1e}{parallel}"
-            )
-    lines.extend(_tome_lines(model, result.get("levers", {}).get("tome")))
-    vae = result.get("levers", {}).get("vae_int8")
-    if vae:
-        lines.append(
-            f"{model[:10]:10} lever vae_int8 (decoder, batch 1, {vae['image_size']}x{vae['image_size']}):"
-        )
-        for name, row in vae["rows"].items():
-            status = (
-                f"{row['s_per_step']:9.3f} s  x{_fmt(row.get('vs_float'), 5)} vs float  "
-                f"cpu {row['cpu_s_per_step']:8.3f} s  ({row.get('precision', '')})"
-                if row.get("ok")
-                else f"failed: {row.get('error', '')[:60]}"
-            )
-            lines.append(f"{'':10}   {name:28} {status}")
-    whole = result.get("whole_image")
-    if whole:
-        lines.append(f"{model[:10]:10} per image ({whole['steps']} UNet steps + one VAE decode, composed):")
-        for name, row in whole["rows"].items():
-            lines.append(
-                f"{'':10}   {name:40} {row['s_per_image']:9.1f} s  x{_fmt(row.get('vs_torch_fp32'), 5)} torch  "
-                f"x{_fmt(row.get('vs_best_float'), 5)} best float"
-            )
-    return lines
-
-
-def _tome_lines(model: str, tome: dict | None) -> list[str]:
-    """Lever ``tome``: seconds per UNet call of each merged IR against the unmerged one, and how many
-    tokens its merged self-attentions kept."""
-    if not tome:
-        return []
-    if not tome.get("ok"):
-        return [f"{model[:10]:10} lever tome: failed: {tome.get('error', '')[:80]}"]
-    lines = [
-        f"{model[:10]:10} lever tome ({tome['precision_asked']}, {tome['rounds']} rounds, "
-        f"{tome['latent']}x{tome['latent']} latents, reference: {tome['reference']}):"
-    ]
-    for name, arm in tome["arms"].items():
-        merged = tome["merged"].get(name.removeprefix("tome "), {}).get("merged_blocks", {})
-        kept = (
-            f"  self-attention over {sorted({b['attended'] for b in merged.values()})} of "
-            f"{sorted({b['tokens'] for b in merged.values()})} tokens in {len(merged)} blocks"
-            if merged
-            else ""
-        )
-        lines.append(
-            f"{'':10}   {name:28} {arm['s_per_call']:9.3f} s  x{arm['speedup']:5.2f}  "
-            f"cpu {arm['cpu_s_per_call']:8.3f} s  x{arm['cpu_speedup']:5.2f}{kept}"
-        )
-    return lines
-
-
-def _quality_lines(checkpoint: str, quality: dict) -> list[str]:
-    lines = [f"quality on {checkpoint} ({quality['prompts']} held-out prompts):"]
-    lines.append(f"  {'row':34} {'adherence':>9} {'PSNR dB':>8} {'SSIM':>6}  against")
-    int8 = quality.get("int8_unet", {})
-    for name, row in int8.get("rows", {}).items():
-        pair = row.get("vs_ov_f32") or row.get("vs_torch_fp32") or {}
-        against = "ov_f32" if "vs_ov_f32" in row else "torch_fp32"
-        lines.append(
-            f"  {'unet ' + name:34} {row['adherence']['score']:9.3f} {_fmt(pair.get('psnr_mean'), 8, 1)} "
-            f"{_fmt(pair.get('ssim_mean'), 6, 3)}  {against if pair else ''}"
-        )
-    for name, row in quality.get("deepcache", {}).get("rows", {}).items():
-        lines.append(
-            f"  {'deepcache ' + name:34} {row['adherence']['score']:9.3f} {_fmt(row.get('psnr_mean'), 8, 1)} "
-            f"{_fmt(row.get('ssim_mean'), 6, 3)}  {'f32 (no cache)' if 'ssim_mean' in row else ''}"
-        )
-    for name, row in quality.get("tome", {}).get("rows", {}).items():
-        if name != "f32":
-            lines.append(
-                f"  {'unet ' + name:34} {row['adherence']['score']:9.3f} {_fmt(row.get('psnr_mean'), 8, 1)} "
-                f"{_fmt(row.get('ssim_mean'), 6, 3)}  f32 (unmerged)"
-            )
-    for name, row in quality.get("vae_int8", {}).get("rows", {}).items():
-        pair = row.get("vs_f32", {})
-        lines.append(
-            f"  {'vae decoder ' + name:34} {row['adherence']['score']:9.3f} {_fmt(pair.get('psnr_mean'), 8, 1)} "
-            f"{_fmt(pair.get('ssim_mean'), 6, 3)}  {'f32 decoder' if pair else ''}"
-        )
-    for lever, arms in quality.get("levers_max_abs_diff", {}).items():
-        if isinstance(arms, dict) and lever not in (
-            "ok",
-            "peak_rss_gb",
-            "peak_anon_gb",
-            "wall_s",
-            "load_avg",
-        ):
-            worst = max((arm["max_abs_diff"] for arm in arms.values() if isinstance(arm, dict)), default=None)
-            if worst is not None:
-                lines.append(
-                    f"  lever {lever:28} max abs diff of the UNet output from its reference: {worst:.1e}"
-                )
-    for name, part in quality.items():
-        if isinstance(part, dict) and part.get("ok") is False:
-            lines.append(f"  {name}: failed: {part.get('error', '')[:80]}")
-    return lines
-
-
-def _fmt(value, width: int, digits: int = 2) -> str:
-    return f"{value:{width}.{digits}f}" if value is not None else f"{'-':>{width}}"
 
 
 def parse_args(argv=None):
@@ -1823,11 +1042,11 @@ def main(argv=None) -> dict:
         name = label(model)
         entry = results["models"].get(name) or {"variants": {}, "quantization": {}, "export": {}}
         if args.variants or args.levers:
-            entry = bench_model(model, args, entry)
+            entry = bench_model(resolve_model(model), args, entry)
         if args.choose_precision:
             work = Path(args.workdir) / name.replace("/", "--")
             work.mkdir(parents=True, exist_ok=True)
-            entry["precision_choice"] = bench_precision(model, args, work)
+            entry["precision_choice"] = bench_precision(resolve_model(model), args, work)
         results["models"][name] = entry
         out.write_text(json.dumps(results, indent=2, default=str))  # partial results survive a crash
     results["table"] = print_table(results)

@@ -32,16 +32,19 @@ import time
 from pathlib import Path
 
 import numpy as np
-from bench_openvino import (
+
+from sdaccel.core.tables import markdown_table
+from sdaccel.cpu.benchmark import (
     MODELS,
-    _run,
-    _summary,
     export_ir,
     label,
     machine_info,
+    run_child,
+    summarize_run,
     synthetic_calibration,
     unet_inputs,
 )
+from sdaccel.toy.random_checkpoints import BUILDERS, ensure_tiny
 
 #: Held-out inputs: (seed, timestep), none of them used for calibration.
 HELD_OUT = ((900, 850), (901, 450), (902, 120))
@@ -141,10 +144,10 @@ def bench_model(model: str, args) -> dict:
     src = work / "unet_f32.xml"
     result: dict = {"runs": {}}
     if not src.is_file():
-        run = _run(
+        run = run_child(
             "export (f32 weights)", export_ir, model, str(src), fp16=False, limit_gb=limit, min_free_gb=free
         )
-        result["export"] = _summary(run)
+        result["export"] = summarize_run(run)
         if not run.ok:
             return result
     result["unet_f32_ir_bytes"] = src.stat().st_size + src.with_suffix(".bin").stat().st_size
@@ -154,7 +157,7 @@ def bench_model(model: str, args) -> dict:
     if args.reuse and reference.is_file():  # an earlier run's f32 outputs and step, same settings
         print("  f32 reference outputs: reused", flush=True)
         return _quantize_all(model, args, work, src, calibration, reference, result)
-    run = _run(
+    run = run_child(
         "f32 reference outputs",
         reference_outputs,
         str(src),
@@ -166,9 +169,9 @@ def bench_model(model: str, args) -> dict:
         min_free_gb=free,
     )
     if not run.ok:
-        result["reference"] = _summary(run)
+        result["reference"] = summarize_run(run)
         return result
-    run = _run(
+    run = run_child(
         "f32 step",
         evaluate,
         str(src),
@@ -180,7 +183,7 @@ def bench_model(model: str, args) -> dict:
         limit_gb=limit,
         min_free_gb=free,
     )
-    result["runs"]["f32"] = _summary(run)
+    result["runs"]["f32"] = summarize_run(run)
     return _quantize_all(model, args, work, src, calibration, reference, result)
 
 
@@ -202,7 +205,7 @@ def _quantize_all(
                 continue
             dst = work / f"unet_{variant}_parts{parts}.xml"
             if parts == 1:
-                run = _run(
+                run = run_child(
                     f"quantize {variant}, one-shot",
                     quantize_one_shot,
                     str(src),
@@ -213,11 +216,11 @@ def _quantize_all(
                     limit_gb=args.quant_memory_limit_gb,
                     min_free_gb=free,
                 )
-                entry = _summary(run)
+                entry = summarize_run(run)
             else:
                 entry = run_parts(src, dst, variant, calib, args, parts)
             if entry.get("ok"):
-                run = _run(
+                run = run_child(
                     f"evaluate {key}",
                     evaluate,
                     str(dst),
@@ -229,7 +232,7 @@ def _quantize_all(
                     limit_gb=limit,
                     min_free_gb=free,
                 )
-                entry["evaluation"] = _summary(run)
+                entry["evaluation"] = summarize_run(run)
                 for path in (dst, dst.with_suffix(".bin")):
                     path.unlink(missing_ok=True)
             result["runs"][key] = entry
@@ -237,10 +240,9 @@ def _quantize_all(
 
 
 def format_table(results: dict) -> str:
-    lines = [
-        "| model | recipe | parts | peak RSS GiB | anonymous GiB | wall s | × one-shot time | s/step | rel. error |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|",
-    ]
+    header = ["model", "recipe", "parts", "peak RSS GiB", "anonymous GiB", "wall s", "× one-shot time"]
+    header += ["s/step", "rel. error"]
+    rows = []
     for model, result in results["models"].items():
         runs = result.get("runs", {})
         for key, entry in runs.items():
@@ -256,13 +258,22 @@ def format_table(results: dict) -> str:
             err = ev.get("relative_error")
             step = ev.get("s_per_step")
             status = "" if entry.get("ok", True) else f" ({entry.get('error', 'failed')[:60]})"
-            lines.append(
-                f"| {model} | {variant}{status} | {parts} | {entry.get('peak_rss_gb', '') if variant != 'f32' else ''} "
-                f"| {entry.get('peak_anon_gb', '') if variant != 'f32' else ''} "
-                f"| {entry.get('wall_s', '') if variant != 'f32' else ''} | {ratio} "
-                f"| {'' if step is None else f'{step:.3f}'} | {'' if err is None else f'{err:.4f}'} |"
+            memory = [
+                entry.get(k, "") if variant != "f32" else ""
+                for k in ("peak_rss_gb", "peak_anon_gb", "wall_s")
+            ]
+            rows.append(
+                [
+                    model,
+                    f"{variant}{status}",
+                    parts,
+                    *memory,
+                    ratio,
+                    "" if step is None else f"{step:.3f}",
+                    "" if err is None else f"{err:.4f}",
+                ]
             )
-    return "\n".join(lines)
+    return markdown_table(header, rows, align="llrrrrrrr")
 
 
 def parse_args(argv=None):
@@ -312,8 +323,9 @@ def parse_args(argv=None):
 def main(argv=None) -> dict:
     args = parse_args(argv)
     results = {"machine": machine_info(), "settings": vars(args), "models": {}}
-    for model in args.models:
-        results["models"][label(model)] = bench_model(model, args)
+    for model in args.models:  # a tiny checkpoint's name: its folder (built when missing)
+        folder = str(ensure_tiny("build/checkpoints", model)) if model in BUILDERS else model
+        results["models"][label(model)] = bench_model(folder, args)
     results["table"] = format_table(results)
     out = Path(args.out or "build/bench/quantize_parts.json")
     out.parent.mkdir(parents=True, exist_ok=True)

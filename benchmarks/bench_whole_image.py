@@ -9,7 +9,7 @@
 
 The model is a *real architecture with random weights* (``sd15``: SD 1.5 at 512x512; ``sdxl``:
 SDXL base at 1024x1024, both text encoders, weights stored fp16 on disk and upcast on load; built
-by ``bench_memory.build_random_checkpoint``): time depends on the shapes, not on the values. One
+by ``sdaccel.toy.random_checkpoints.build_random_checkpoint``): time depends on the shapes, not on the values. One
 image (one prompt) per call. Each row is one configuration, loaded and run in its own child
 process (``sdaccel.core.processes``), one after the other; in it, one untimed warm-up call, then
 ``--runs`` timed calls (:func:`sdaccel.course.whole_image.time_calls`); the row keeps the median:
@@ -89,11 +89,25 @@ import os
 import sys
 from pathlib import Path
 
-from bench_memory import build_random_checkpoint
-from bench_openvino import _run, _summary, machine_info
-
 from sdaccel.course.whole_image import ROWS, format_table
-from sdaccel.toy.distill import TARGET_MODULES
+from sdaccel.course.whole_image_rows import (
+    BASELINE,
+    JAX_FP32_20,
+    JAX_LCM4_LORA_TAESD,
+    LCM4_LORA_INT8_TAESD,
+    LCM_ROWS,
+    OV_FLOAT_20,
+    OV_HYBRID_20,
+    OV_INT8_WEIGHTS_20,
+    TORCH_FP32_20,
+    is_openvino,
+    lcm_row_key,
+    ov_row_key,
+    ov_row_variant,
+)
+from sdaccel.cpu.benchmark import machine_info, run_child, summarize_run
+from sdaccel.toy.distill_config import TARGET_MODULES
+from sdaccel.toy.random_checkpoints import build_random_checkpoint
 
 PROMPT = "a photo of an astronaut riding a horse on mars"
 QUANT_VARIANTS = ("int8_weights", "hybrid", "full_int8")
@@ -111,7 +125,7 @@ QUICK_CHECKPOINT = {"sd15": "checkpoints/tiny-shapes-sd15", "sdxl": "checkpoints
 DEFAULT_ROWS = {
     "sd15": ROWS,
     # SDXL: the fastest INT8 recipe of SD 1.5 (full INT8) stands for "the best INT8" at 20 steps
-    "sdxl": tuple(r for r in ROWS if r not in ("ov_int8_weights_20", "ov_hybrid_20")),
+    "sdxl": tuple(r for r in ROWS if r not in (OV_INT8_WEIGHTS_20, OV_HYBRID_20)),
 }
 #: How the random checkpoint's weights are stored (the loaders upcast: timing does not change).
 WEIGHT_DTYPE = {"sd15": "fp32", "sdxl": "fp16"}
@@ -442,7 +456,7 @@ class Bench:
         self.replace_json(self.out, self.results)
 
     def child(self, title, fn, *fn_args, limit_gb=None, **kwargs):
-        run = _run(
+        run = run_child(
             title,
             fn,
             *fn_args,
@@ -465,7 +479,7 @@ class Bench:
             self.save()
             return True
         run = self.child(title, fn, *fn_args, **kwargs)
-        entry.update(reused=False, **_summary(run))
+        entry.update(reused=False, **summarize_run(run))
         entry.pop("rss_timeline_gb", None)
         self.results["artifacts"][key] = entry
         self.save()
@@ -473,12 +487,12 @@ class Bench:
 
     def row(self, key, title, fn, *fn_args, **extra):
         run = self.child(title, fn, *fn_args)
-        entry = {"key": key, "title": title, **extra, **_summary(run), "finished": _now()}
+        entry = {"key": key, "title": title, **extra, **summarize_run(run), "finished": _now()}
         entry.pop("rss_timeline_gb", None)
         if run.ok:
             from sdaccel.course.whole_image import summarize
 
-            base = self.results["rows"].get("torch_fp32_20", {}).get("median", {})
+            base = self.results["rows"].get(BASELINE, {}).get("median", {})
             entry["median"] = summarize(entry["timed"], base.get("image_s"), base.get("cpu_s"))
         self.results["rows"][key] = entry
         self.save()
@@ -528,7 +542,7 @@ def prepare(bench: Bench, args) -> dict:
             0,
             weights,
             path=src,
-            reused_from="benchmarks/bench_memory.py (build_random_checkpoint, seed 0)" if made else None,
+            reused_from="sdaccel.toy.random_checkpoints.build_random_checkpoint (seed 0)" if made else None,
         )
         if not ok:
             raise SystemExit(
@@ -537,7 +551,7 @@ def prepare(bench: Bench, args) -> dict:
     paths["src"] = str(src)
     reuse = REUSE.get(args.model) if args.reuse and not args.quick else None
     f32 = Path(reuse["root"]) / "export-fp32" if reuse else work / "export-fp32"
-    needs_ov = any(r.startswith(("ov_", "lcm4")) for r in rows)
+    needs_ov = any(is_openvino(r) for r in rows)
     if needs_ov:
         ok_reuse = reuse and is_complete(f32)
         bench.artifact(
@@ -552,7 +566,7 @@ def prepare(bench: Bench, args) -> dict:
     paths["export"] = str(f32)
     calib = work / "calibration"
     for variant in QUANT_VARIANTS:
-        if f"ov_{variant}_20" not in rows:
+        if ov_row_key(variant) not in rows:
             continue
         xml = (Path(reuse["root"]) if reuse else work) / f"unet_{variant}.xml"
         if variant != "int8_weights" and not (reuse and xml.is_file()) and not _made(calib):
@@ -569,7 +583,7 @@ def prepare(bench: Bench, args) -> dict:
             reused_from=reuse["command"] if reuse and xml.is_file() else None,
         )
         paths[f"unet_{variant}"] = str(xml)
-    if rows & {"lcm4_lora_int8", "lcm4_lora_int8_taesd", "jax_lcm4_lora_taesd"}:
+    if rows & {*LCM_ROWS, JAX_LCM4_LORA_TAESD}:
         lora = work / "lcm-lora-r64" / "pytorch_lora_weights.safetensors"
         bench.artifact(
             "lora", "random LCM-LoRA-shaped adapter, rank 64", make_lora, str(src), str(lora), path=lora
@@ -585,7 +599,7 @@ def prepare(bench: Bench, args) -> dict:
             path=taesd,
         )
         paths.update(lora=str(lora), taesd=str(taesd))
-    if rows & {"lcm4_lora_int8", "lcm4_lora_int8_taesd"}:
+    if rows & set(LCM_ROWS):
         fused = work / "export-lcm-lora"
         bench.artifact(
             "export_lcm_lora",
@@ -616,19 +630,12 @@ def prepare(bench: Bench, args) -> dict:
     return paths
 
 
-def lcm_row_key(key: str, index: int, variant: str) -> str:
-    """The row key of an ``lcm4_lora_int8*`` row for the ``index``-th ``--lcm-variant``: the first
-    keeps the key (``lcm4_lora_int8``, whatever its recipe: the title names it), the others are
-    ``lcm4_lora_<variant>`` (``lcm4_lora_full_int8_taesd``), listed after it."""
-    return key if index == 0 else key.replace("lcm4_lora_int8", f"lcm4_lora_{variant}", 1)
-
-
 def row_keys(args) -> list[str]:
     """Every row key the run measures, in order: ``--rows``, each ``lcm4_lora_int8*`` row once per
-    ``--lcm-variant``."""
+    ``--lcm-variant`` (:func:`sdaccel.course.whole_image_rows.lcm_row_key`)."""
     keys = []
     for key in args.rows:
-        if key.startswith("lcm4_lora_int8"):
+        if key in LCM_ROWS:
             keys += [lcm_row_key(key, i, v) for i, v in enumerate(args.lcm_variant)]
         else:
             keys.append(key)
@@ -717,19 +724,18 @@ def measure(bench: Bench, args, paths: dict) -> None:
     tiny_vae_name = "TAESDXL" if args.model == "sdxl" else "TAESD"
     plan = []
     for key in args.rows:
-        if key == "torch_fp32_20":
+        if key == TORCH_FP32_20:
             fn_args = (paths["src"], steps, None, size, runs, wsteps, compose)
             plan.append((key, f"PyTorch fp32, {steps} steps, CFG{long}", torch_row, fn_args, composed))
-        elif key == "ov_float_20":
+        elif key == OV_FLOAT_20:
             fn_args = (paths["export"], None, steps, None, size, runs, wsteps, None, None, compose)
             plan.append((key, f"OpenVINO best float, {steps} steps{long}", ov_row, fn_args, composed))
-        elif key.startswith("ov_") and key.endswith("_20"):
-            variant = key[3:-3]
+        elif (variant := ov_row_variant(key)) is not None:
             xml = paths.get(f"unet_{variant}")
             fn_args = (paths["export"], xml, steps, None, size, runs, wsteps, None, None, compose)
             plan.append((key, f"OpenVINO {variant} UNet, {steps} steps{long}", ov_row, fn_args, composed))
-        elif key.startswith("lcm4_lora_int8"):
-            vae = paths["taesd"] if key.endswith("taesd") else None
+        elif key in LCM_ROWS:
+            vae = paths["taesd"] if key == LCM4_LORA_INT8_TAESD else None
             for i, variant in enumerate(args.lcm_variant):
                 title = f"{few} steps LCM + LoRA fused + {variant} UNet" + (
                     f" + {tiny_vae_name}" if vae else ""
@@ -737,10 +743,10 @@ def measure(bench: Bench, args, paths: dict) -> None:
                 xml = paths["unet_lcm"][variant]
                 fn_args = (paths["export_lcm"], xml, few, 1.0, size, runs, few, "lcm", vae)
                 plan.append((lcm_row_key(key, i, variant), title, ov_row, fn_args, None))
-        elif key == "jax_fp32_20":
+        elif key == JAX_FP32_20:
             fn_args = (paths["src"], steps, None, size, runs, "euler", None, None, compose)
             plan.append((key, f"JAX fp32 on CPU, {steps} steps Euler, CFG{long}", jax_row, fn_args, composed))
-        elif key == "jax_lcm4_lora_taesd":
+        elif key == JAX_LCM4_LORA_TAESD:
             title = f"JAX fp32 on CPU, {few} steps LCM + LoRA fused + {tiny_vae_name}"
             fn_args = (paths["src"], few, 1.0, size, runs, "lcm", paths["taesd"], paths["lora"])
             plan.append((key, title, jax_row, fn_args, None))
@@ -750,7 +756,7 @@ def measure(bench: Bench, args, paths: dict) -> None:
 
 
 def tpu_section(bench: Bench, args) -> None:
-    from sdaccel.course.whole_image import tpu_floor, unet_row_flops
+    from sdaccel.tpu.plan import tpu_floor, unet_row_flops
 
     files = sorted(glob.glob(str(Path(args.tpu_plans) / "tpu_plan_*.json")))
     unet = unet_row_flops(files)

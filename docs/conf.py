@@ -4,6 +4,10 @@ The sources are not this folder: ``python -m sdaccel.course.docs_site`` stages t
 page), the executed smoke notebooks, this folder's pages and the READMEs they link to into
 ``build/docs/src`` with the repository's own layout, so every relative link that works on GitHub
 works on the site too, and then runs ``sphinx-build -c docs build/docs/src build/docs/html``.
+
+The API reference is curated, one page per room (``docs/api/<room>.md``, indexed by ``docs/api.md``):
+each names its room's public functions and classes with ``autofunction`` / ``autoclass``, so
+autodoc documents those and nothing else (no recursive autosummary of every module).
 """
 
 project = "Making Stable Diffusion fast"
@@ -13,7 +17,6 @@ copyright = "the sdaccel contributors, Apache-2.0"
 extensions = [
     "myst_nb",  # Markdown (MyST) and Jupyter notebooks with their stored outputs
     "sphinx.ext.autodoc",  # the API pages, from the sdaccel package's docstrings
-    "sphinx.ext.autosummary",
     "sphinx.ext.napoleon",  # Google-style "Args:" sections
     "sphinx.ext.viewcode",
 ]
@@ -30,7 +33,6 @@ nb_output_stderr = "remove"  # progress bars and library warnings on stderr stay
 myst_enable_extensions = ["colon_fence", "dollarmath", "deflist"]
 myst_heading_anchors = 3
 
-autosummary_generate = True
 autodoc_default_options = {"members": True, "show-inheritance": True}
 autodoc_typehints = "description"
 autodoc_member_order = "bysource"

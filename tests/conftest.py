@@ -69,23 +69,52 @@ GROUPS = {
 #: ``"notebooks-cpu"``, then finds 00-03 executed instead of waiting for them). A group not named
 #: here starts after them, by number of tests. Re-measure when a group's cost changes a lot.
 SLOW_GROUPS = {
-    "notebooks-cpu": 650,  # notebooks 04-07 executed, then the site built from every notebook
-    "notebooks-jax": 420,  # notebooks 00-03 executed, and 00 and 02 again up to their last checked cell
+    # notebooks 04-07 (measured alone: 70, 128, 227, 243 s), then the site built from every notebook
+    "notebooks-cpu": 700,
+    # notebooks 00-03 (21, 125, 160, 68 s), and 00 and 02 again up to their last checked cell (21, 50 s)
+    "notebooks-jax": 450,
     "ov-exports": 450,  # five modules that share their exports; test_deepcache.py is 130 of it
+    "tests/integration/test_bench_memory.py": 260,  # eight child processes, two of them whole exports
     "tests/cpu/test_quantize.py": 240,
     "tests/toy/test_adherence.py": 210,
-    "tests/toy/test_distill.py": 150,
-    "tests/integration/test_bench_memory.py": 135,
+    "tests/toy/test_adherence_steps.py": 100,  # the JAX steps sweep (was in test_distill.py)
     "tests/tpu/test_generate.py": 105,
-    "tests/tpu/test_sharding.py": 90,
+    "tests/tpu/test_sharded_pipeline.py": 90,
     "tests/integration/test_lcm.py": 80,
     "tests/tpu/test_plan.py": 70,
     "tests/tpu/models/test_attention.py": 60,
     "tests/cpu/test_levers.py": 50,
 }
 
+#: Modules that run after every other module of their group, whatever the collection order: the
+#: site reads every notebook's executed copy, so it must come after 04-07 have run on its worker
+#: (by then the other worker has run 00-03). Collected first (tests/course/ sorts before
+#: tests/integration/), it would execute or wait for 00-03 before 04 could start.
+LAST_IN_GROUP = ("tests/course/test_docs_site.py",)
+
 #: Notebooks numbered below this run in the ``"notebooks-jax"`` group, the rest in ``"notebooks-cpu"``.
 FIRST_CPU_NOTEBOOK = "04"
+#: The two groups of the notebooks' tests (:func:`group_of`), JAX first.
+NOTEBOOK_GROUPS = ("notebooks-jax", "notebooks-cpu")
+
+
+def stale_group_entries(root: Path = REPO) -> list[str]:
+    """What :data:`GROUPS`, :data:`SLOW_GROUPS` and :data:`LAST_IN_GROUP` name that is no longer
+    there: a module path (``tests/...``) with no file under ``root``, or a group name that no
+    module runs in. After a test module moves, its old path would otherwise match nothing, and its
+    group (or its place among the slow ones, or last in its group) would be dropped without a word."""
+    names = {*GROUPS.values(), *NOTEBOOK_GROUPS}
+    stale = [f"GROUPS: {path} (no such file)" for path in GROUPS if not (root / path).is_file()]
+    stale += [
+        f"LAST_IN_GROUP: {path} (no such file)" for path in LAST_IN_GROUP if not (root / path).is_file()
+    ]
+    for key in SLOW_GROUPS:
+        if key.startswith("tests/"):
+            if not (root / key).is_file():
+                stale.append(f"SLOW_GROUPS: {key} (no such file)")
+        elif key not in names:
+            stale.append(f"SLOW_GROUPS: {key} (no such group: not a value of GROUPS)")
+    return stale
 
 
 def group_of(nodeid: str) -> str:
@@ -93,7 +122,7 @@ def group_of(nodeid: str) -> str:
     if module == "tests/integration/test_notebooks.py" and "[" in test:  # one notebook's test: by its number
         number = test.split("[", 1)[1][:2]
         if number.isdigit():
-            return "notebooks-jax" if number < FIRST_CPU_NOTEBOOK else "notebooks-cpu"
+            return NOTEBOOK_GROUPS[0] if number < FIRST_CPU_NOTEBOOK else NOTEBOOK_GROUPS[1]
     return GROUPS.get(module, module)
 
 
@@ -113,7 +142,15 @@ def pytest_xdist_make_scheduler(config, log):
 
 def pytest_collection_modifyitems(config, items):
     """Check the ``xdist_group`` marks, then order the groups longest first (each group's tests
-    keep their order). Every worker collects the same order, and xdist hands out groups in it."""
+    keep their order, but for the modules of :data:`LAST_IN_GROUP`, which go last). Every worker
+    collects the same order, and xdist hands out groups in it. A module or group that these tables
+    name and that is gone fails the collection (:func:`stale_group_entries`)."""
+    stale = stale_group_entries()
+    if stale:
+        raise pytest.UsageError(
+            "tests/conftest.py names test modules or groups that do not exist (moved or renamed? "
+            "update GROUPS / SLOW_GROUPS / LAST_IN_GROUP): " + "; ".join(stale)
+        )
     for item in items:
         for mark in item.iter_markers("xdist_group"):
             name = mark.args[0] if mark.args else mark.kwargs.get("name")
@@ -137,6 +174,7 @@ def pytest_collection_modifyitems(config, items):
             -SLOW_GROUPS.get(groups[i], 0),
             -sizes[groups[i]],
             first[groups[i]],
+            items[i].nodeid.split("::", 1)[0] in LAST_IN_GROUP,
             i,
         ),
     )
@@ -169,7 +207,7 @@ def jax_compilation_cache(tmp_path_factory):
     many tests build a fresh pipeline of the same tiny model and compile a program that an earlier
     test already compiled; they read its executable back instead of compiling it again (the same
     executable, so the same numbers). Only programs that took a second or more are kept. Processes
-    that the tests start (notebook kernels, ``tuning.cache_probe``) do not inherit it."""
+    that the tests start (notebook kernels, ``compilation.cache_probe``) do not inherit it."""
     from sdaccel.tpu.compilation import enable_compilation_cache
 
     folder = tmp_path_factory.getbasetemp() / "jax-cache"

@@ -1,9 +1,13 @@
-"""sdaccel: the helper package behind the "Making Stable Diffusion fast" notebooks.
+"""sdaccel: the helper package behind the "Making Stable Diffusion fast" notebooks, in five rooms.
 
-- ``sdaccel.core.checkpoint``: find a diffusers checkpoint and read its safetensors without PyTorch.
-- ``sdaccel.tpu.models``: SDXL / SD 1.x / 2.x in Flax NNX (UNet, VAE, CLIP text encoders).
-- ``sdaccel.tpu.schedulers``: Euler and DDIM schedulers as pure JAX functions.
-- ``sdaccel.toy.random_checkpoints``: random-weight tiny checkpoints in the diffusers layout, for tests and smoke runs.
+- ``core``: shared ground, no framework: the pipeline contract, checkpoints, LoRA files, timing, tables.
+- ``tpu``: the JAX/TPU track: Flax NNX models, samplers, the JAX and sharded pipelines, compiling.
+- ``cpu``: the OpenVINO/CPU track: export, the OpenVINO pipelines, precision, INT8, the speed-ups.
+- ``toy``: the toy world: the shapes data set, tiny checkpoints (random and trained), adherence.
+- ``course``: running the course: run profiles, notebooks, exercises, doctor, downloads, docs site.
+
+Imports flow one way, course -> toy -> (tpu | cpu) -> core, and tpu and cpu never import each other
+(the import-linter contracts of pyproject.toml).
 """
 
 __version__ = "0.1.0"

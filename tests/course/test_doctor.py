@@ -227,20 +227,3 @@ def test_smoke_profile_passes_here_and_names_what_full_lacks(tmp_path):
     assert by_name["jax"]["status"] == "ok" and by_name["jax"]["data"]["count"] == 8
     assert by_name["checkpoints"]["status"] in ("ok", "warn")
     assert by_name["full:hub"]["status"] == "info" and "HF_HUB_OFFLINE" in by_name["full:hub"]["detail"]
-
-
-def test_resources_table_names_every_notebook_and_full_needs_more():
-    from sdaccel.course.run_notebooks import discover
-
-    assert [nb.stem for nb in resources.NOTEBOOKS.values()] == [nb.stem for nb in discover()]
-    for nb in resources.NOTEBOOKS.values():
-        assert nb.full.ram_gib > nb.smoke.ram_gib and nb.full.disk_gib >= nb.smoke.disk_gib, nb.stem
-        assert set(nb.models) <= set(resources.MODELS)
-    # the SDXL notebooks read one model in fp16; the CPU track reads SD 1.5's default (fp32) files
-    merged = resources.models_for(resources.select(["00", "01"]))
-    assert list(merged) == ["sdxl"] and merged["sdxl"].components is None and merged["sdxl"].variant == "fp16"
-    only_00 = resources.models_for(resources.select(["00"]))["sdxl"]
-    assert only_00.components == ("text_encoder", "tokenizer")
-    assert resources.models_for(resources.select(["04"]))["sd15"].variant is None
-    with pytest.raises(ValueError, match="Unknown profile"):
-        resources.NOTEBOOKS["00"].needs("medium")

@@ -176,14 +176,3 @@ def test_resolve_lora_local_paths_and_errors(tmp_path, monkeypatch):
     with pytest.raises(CheckpointError, match="holds no pytorch_lora_weights.safetensors"):
         resolve_lora("org/empty")
     assert [a[0] for a in asked] == ["org/offline", "org/empty"]
-
-
-def test_the_notebook_models_are_downloadable():
-    from sdaccel.course import resources
-
-    nb = resources.NOTEBOOKS["07"]
-    models = resources.models_for([nb])
-    assert models["lcm-lora-sd15"].allow_patterns() == LORA_FILES
-    assert models["lcm-lora-sdxl"].repo_id == "latent-consistency/lcm-lora-sdxl"
-    assert models["taesd"].repo_id == "madebyollin/taesd"
-    assert models["sdxl"].variant == "fp16" and models["sd15"].variant is None

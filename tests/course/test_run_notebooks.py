@@ -1,5 +1,5 @@
-"""The notebook runner: profiles, selection, failures that name the cell, re-runs that start empty
-and keep the earlier results."""
+"""The notebook runner: profile parameters, selection, failures that name the cell, re-runs that start
+empty and keep the earlier results (the profiles themselves: test_run_profiles.py)."""
 
 import json
 
@@ -8,9 +8,6 @@ import pytest
 
 from sdaccel.course import run_notebooks, run_profiles
 from sdaccel.course.run_notebooks import NotebookFailed, execute, fresh_output_dir, profile_parameters, select
-
-#: The notebooks' own smoke settings, before the fixture below adds those of the test notebooks.
-SMOKE = dict(run_profiles.SMOKE)
 
 
 @pytest.fixture(autouse=True)
@@ -54,85 +51,6 @@ def test_smoke_parameters_fill_the_checkpoint_folder(tmp_path, smoke_settings_of
     }
     assert profile_parameters(nb, "full", tmp_path, tmp_path / "o") == {"OUTPUT_DIR": str(tmp_path / "o")}
     assert run_notebooks.needed_tiny_checkpoints([nb]) == {"tiny-sdxl"}
-
-
-def test_every_notebook_has_smoke_settings_and_only_there():
-    """One source: sdaccel.course.run_profiles.SMOKE, not the notebooks' metadata."""
-    stems = [nb.stem for nb in run_notebooks.discover()]
-    assert sorted(SMOKE) == sorted(stems)
-    for nb in run_notebooks.discover():
-        assert "profiles" not in json.loads(nb.read_text())["metadata"].get("sdaccel", {}), (
-            f"{nb.name} keeps smoke settings in its metadata: they live in sdaccel/course/run_profiles.py"
-        )
-
-
-def test_the_active_profile_comes_from_the_environment():
-    assert run_profiles.active_profile({}) == "full"
-    assert run_profiles.active_profile({"SDACCEL_PROFILE": "smoke"}) == "smoke"
-    with pytest.raises(ValueError, match=r"Unknown profile 'fast'.*SDACCEL_PROFILE=smoke"):
-        run_profiles.active_profile({"SDACCEL_PROFILE": "fast"})
-    smoke = run_profiles.KERNEL_ENV["smoke"]
-    assert smoke["SDACCEL_PROFILE"] == "smoke" and smoke["JAX_PLATFORMS"] == "cpu"
-    assert "agg" not in smoke["MPLBACKEND"], "agg leaves every plt.show() without an output"
-
-
-def test_devices_are_described_without_starting_jax():
-    line = run_profiles.describe_devices(run_profiles.KERNEL_ENV["smoke"])
-    assert line.startswith("JAX on the CPU with 8 simulated device(s); CPU: ")
-    assert run_profiles.describe_devices({"JAX_PLATFORMS": "cpu"}).startswith("JAX on the CPU with 1 ")
-
-
-def test_start_applies_the_same_values_as_papermill(monkeypatch, capsys, tmp_path):
-    monkeypatch.setenv("SDACCEL_PROFILE", "smoke")
-    monkeypatch.setenv("SDACCEL_CHECKPOINTS", str(tmp_path))
-    namespace = {"MODEL_ID": "stabilityai/stable-diffusion-xl-base-1.0", "STEPS": 20, "SEED": 0}
-    started = run_profiles.start("01_sdxl_in_jax", namespace)
-    expected = run_profiles.overrides("01_sdxl_in_jax", "smoke", tmp_path)
-    assert started.overrides == expected and started.profile == "smoke"
-    assert namespace["MODEL_ID"] == f"{run_profiles.REPO}/checkpoints/tiny-shapes-sdxl"
-    assert namespace["HEIGHT"] == 32 and namespace["SEED"] == 0, "only the profile's keys change"
-    again = dict(namespace)
-    run_profiles.start("01_sdxl_in_jax", again)  # after papermill's injection: nothing changes
-    assert again == namespace
-    out = capsys.readouterr().out
-    assert out.startswith("Profile smoke: 12 settings swapped for the 1 M-parameter tiny-shapes checkpoints.")
-    assert "Devices: JAX on the CPU with" in out or "Devices: JAX on" in out
-
-    monkeypatch.delenv("SDACCEL_PROFILE")
-    untouched = {"MODEL_ID": "stabilityai/stable-diffusion-xl-base-1.0"}
-    assert run_profiles.start("01_sdxl_in_jax", untouched).overrides == {}
-    assert untouched == {"MODEL_ID": "stabilityai/stable-diffusion-xl-base-1.0"}
-    assert capsys.readouterr().out.startswith("Profile full: the parameters cell as written")
-
-
-def test_quiet_drops_only_the_known_messages(monkeypatch, caplog):
-    import logging
-    import warnings
-
-    from sdaccel.course.notebook import quiet
-
-    monkeypatch.setenv("FORCE_COLOR", "1")  # what ipykernel sets, and children inherit
-    quiet()
-    quiet()  # twice adds nothing
-    import os
-
-    assert os.environ["TTY_COMPATIBLE"] == "0"
-    logger = logging.getLogger("transformers.utils.import_utils")
-    assert len(logger.filters) == 1
-    with caplog.at_level(logging.WARNING):
-        logger.warning("`CLIPImageProcessor` requires torchvision (not installed); falling back to ...")
-        logger.warning("`CLIPImageProcessor` something else")
-    assert [r.getMessage() for r in caplog.records] == ["`CLIPImageProcessor` something else"]
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        quiet()
-        warnings.warn(
-            "`is_gradient_checkpointing` is deprecated and will be removed in v6. Use x",
-            FutureWarning,
-            stacklevel=1,
-        )
-        warnings.warn("another deprecation", FutureWarning, stacklevel=1)
-    assert [str(w.message) for w in caught] == ["another deprecation"]
 
 
 def test_only_selects_by_number_and_names_unknown(tmp_path):
@@ -204,27 +122,3 @@ def test_a_stale_key_does_not_survive_a_run(tmp_path):
     assert json.loads((second.output_dir / "results.json").read_text()) == {"new_key": 1}
     previous = second.output_dir.with_name("01_results.previous")
     assert json.loads((previous / "results.json").read_text()) == {"old_key": 1}
-
-
-def test_make_lab_starts_jupyter_with_the_smoke_kernel_environment():
-    argv, environ = run_profiles.lab_command("smoke", ["--no-browser"], environ={"PATH": "/usr/bin"})
-    assert argv[1:] == ["lab", "--no-browser", str(run_profiles.REPO / "notebooks")]
-    assert argv[0].endswith("jupyter")
-    assert environ["SDACCEL_PROFILE"] == "smoke" and environ["JAX_PLATFORMS"] == "cpu"
-    assert environ["XLA_FLAGS"] == "--xla_force_host_platform_device_count=8"
-    assert environ["PATH"] == "/usr/bin", "the rest of the environment is kept"
-    with pytest.raises(ValueError, match="Unknown profile"):
-        run_profiles.lab_command("fast", [])
-
-
-def test_a_busy_tpu_error_comes_with_the_fix():
-    busy = RuntimeError(
-        "Unable to initialize backend 'tpu': ABORTED: The TPU is already in use by process with pid 4242. "
-        "Not attempting to load libtpu.so in this process."
-    )
-    assert run_profiles.tpu_busy_hint(busy).startswith("Only one process at a time can hold a TPU VM's chips")
-    assert "Kernel > Shut Down Kernel" in run_profiles.tpu_busy_hint(busy)
-    assert run_profiles.tpu_busy_hint(RuntimeError("open(/dev/vfio/0): Device or resource busy")) is not None
-    assert (
-        run_profiles.tpu_busy_hint(RuntimeError("Unable to initialize backend 'tpu': no TPU found")) is None
-    )

@@ -1,4 +1,5 @@
-"""sdaccel.course.whole_image: timing whole images, composing them from parts, the TPU floor."""
+"""sdaccel.course.whole_image: timing whole images, composing them from parts; and
+benchmarks/bench_whole_image.py, which measures them."""
 
 from __future__ import annotations
 
@@ -11,7 +12,6 @@ from sdaccel.core.contract import GenerationResult
 from sdaccel.course import whole_image
 
 ROOT = Path(__file__).resolve().parents[2]
-PLANS = sorted((ROOT / "benchmarks" / "results").glob("tpu_plan_*.json"))
 
 
 class Clock:
@@ -189,59 +189,6 @@ def test_compose_refuses_what_it_cannot_compose():
 def test_composed_label():
     assert whole_image.composed_label({"from_steps": [1, 2]}) == " (composed from calls of 1 and 2 steps)"
     assert whole_image.composed_label(None) == ""
-
-
-def _plan(path, rows):
-    path.write_text(json.dumps({"rows": rows}))
-    return path
-
-
-def _row(unet_call, batch, guidance=True, size=1024):
-    return {
-        "flops": {"unet_call": unet_call},
-        "global_batch": batch,
-        "guidance": guidance,
-        "height": size,
-        "width": size,
-        "dtype": "bfloat16",
-    }
-
-
-def test_unet_row_flops_divides_by_the_latents_and_checks_agreement(tmp_path):
-    a = _plan(tmp_path / "a.json", [_row(80.0, 4), _row(None, 4)])
-    b = _plan(tmp_path / "b.json", [_row(10.0, 1, guidance=False)])
-    out = whole_image.unet_row_flops([a, b])
-    assert out["flops"] == pytest.approx(10.0)
-    assert (out["height"], out["width"]) == (1024, 1024)
-    assert [s["latents"] for s in out["sources"]] == [8, 1]
-    c = _plan(tmp_path / "c.json", [_row(11.0, 1, guidance=False)])
-    with pytest.raises(ValueError, match="disagree"):
-        whole_image.unet_row_flops([a, c])
-    d = _plan(tmp_path / "d.json", [_row(10.0, 1, guidance=False, size=512)])
-    with pytest.raises(ValueError, match="different sizes"):
-        whole_image.unet_row_flops([a, d])
-    with pytest.raises(ValueError, match="no row"):
-        whole_image.unet_row_flops([_plan(tmp_path / "e.json", [_row(None, 1)])])
-
-
-@pytest.mark.skipif(not PLANS, reason="no tpu_plan JSON in benchmarks/results")
-def test_the_recorded_plans_agree_on_sdxl_unet_flops():
-    out = whole_image.unet_row_flops(PLANS)
-    # SDXL's UNet at 1024x1024 (128x128 latents): about 6.8 TFLOP per latent, in every plan
-    assert out["flops"] == pytest.approx(6.779e12, rel=1e-3)
-    assert (out["height"], out["width"]) == (1024, 1024)
-
-
-def test_tpu_floor():
-    out = whole_image.tpu_floor(6.0e12, 4, False, 10.0e12, 200e12, encode_flops=1.0e12)
-    assert out["unet_flops"] == pytest.approx(24.0e12)
-    assert out["flops"] == pytest.approx(35.0e12)
-    assert out["floor_s"] == pytest.approx(0.175)
-    assert out["unet_floor_s"] == pytest.approx(0.12)
-    guided = whole_image.tpu_floor(6.0e12, 20, True, None, 200e12)
-    assert guided["flops"] == pytest.approx(240.0e12)
-    with pytest.raises(ValueError):
-        whole_image.tpu_floor(6.0e12, 0, False, None, 200e12)
 
 
 # ----------------------------------------------------------------------------------------------

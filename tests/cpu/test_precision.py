@@ -13,6 +13,7 @@ import pytest
 
 ov = pytest.importorskip("openvino")
 
+from sdaccel.core.checkpoint import read_defaults  # noqa: E402
 from sdaccel.cpu import precision as prec  # noqa: E402
 from sdaccel.cpu.export import export_pipeline, text_to_image_components  # noqa: E402
 from sdaccel.cpu.pipeline import OVPipeline  # noqa: E402
@@ -231,7 +232,7 @@ def test_auto_with_a_mixed_choice_equals_the_same_precisions_set_explicitly(fold
         measured.components[name].chosen = p
     offered = prec.offered_precisions(ov.Core())
     monkeypatch.setattr(prec, "offered_precisions", lambda core, device="CPU": BOTH)
-    size = prec.read_defaults(folder)
+    size = read_defaults(folder, "vae_decoder")
     shape = prec.StaticShape(1, size.height, size.width, True)
     measured.key = prec.choice_key(folder, shape, False, "CPU", {}, BOTH, BOTH, tuple(mixed))
     prec.store_choice(folder / CHOICE_FILE, measured)

@@ -1,8 +1,10 @@
-""".ci/run: it runs `make test`, repeats pytest's summary line last, and fails when the tests fail."""
+""".ci/run: it runs `make test`, repeats pytest's summary line last, and fails when the tests fail; and the
+grouping of tests for its workers (tests/conftest.py) names only modules that exist, in the right order."""
 
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -42,3 +44,51 @@ def test_ci_run_reports_the_summary_and_the_status(tmp_path, make_exit, summary)
     assert "ran make test" in lines
     assert lines[-1] == f"pytest: {summary}", proc.stdout
     assert summary in (tmp_path / "build" / "ci-test.log").read_text()
+
+
+def loaded_conftest():
+    """tests/conftest.py as pytest loaded it (loading it again would configure JAX twice)."""
+    path = REPO / "tests" / "conftest.py"
+    return next(m for m in list(sys.modules.values()) if getattr(m, "__file__", None) == str(path))
+
+
+def test_every_module_and_group_that_the_scheduler_names_exists(monkeypatch):
+    conftest = loaded_conftest()
+    assert conftest.stale_group_entries() == []
+    monkeypatch.setitem(conftest.GROUPS, "tests/cpu/test_gone.py", "ov-exports")
+    monkeypatch.setitem(conftest.SLOW_GROUPS, "tests/old_room/test_moved.py", 100)
+    monkeypatch.setitem(conftest.SLOW_GROUPS, "no-such-group", 100)
+    assert conftest.stale_group_entries() == [
+        "GROUPS: tests/cpu/test_gone.py (no such file)",
+        "SLOW_GROUPS: tests/old_room/test_moved.py (no such file)",
+        "SLOW_GROUPS: no-such-group (no such group: not a value of GROUPS)",
+    ]
+
+
+class FakeItem:
+    def __init__(self, nodeid: str):
+        self.nodeid = nodeid
+
+    def iter_markers(self, name):
+        return iter(())
+
+
+def test_the_site_runs_after_the_notebooks_of_its_group_whatever_the_collection_order():
+    """tests/course/ is collected before tests/integration/: the site's tests, which read every
+    executed notebook, must still come after 04-07 (else that worker would wait for 00-03 first)."""
+    conftest = loaded_conftest()
+    items = [
+        FakeItem("tests/course/test_docs_site.py::test_site_builds_and_renders_in_chromium"),
+        FakeItem("tests/core/test_contract.py::test_a"),
+        FakeItem("tests/integration/test_notebooks.py::test_notebook_runs_in_smoke_profile[04_openvino]"),
+        FakeItem("tests/integration/test_notebooks.py::test_notebook_runs_in_smoke_profile[00_environment]"),
+        FakeItem("tests/integration/test_notebooks.py::test_notebooks_exist"),
+    ]
+    conftest.pytest_collection_modifyitems(None, items)
+    assert [item.nodeid.split("::")[1] for item in items] == [
+        "test_notebook_runs_in_smoke_profile[04_openvino]",
+        "test_notebooks_exist",
+        "test_site_builds_and_renders_in_chromium",
+        "test_notebook_runs_in_smoke_profile[00_environment]",
+        "test_a",
+    ]

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from safetensors.numpy import load_file, save_file
 
-from sdaccel.tpu import compilation
+from sdaccel.tpu import aot
 from sdaccel.tpu.pipeline import JaxPipeline, image_keys, initial_noise, step_noise
 
 torch = pytest.importorskip("torch")
@@ -152,7 +152,7 @@ def test_sharded_flops_count_the_guidance_embedding(tiny_lcm):
     abstract = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype), params["unet"])
     t = jax.ShapeDtypeStruct((), state.timesteps.dtype)
     inputs = (abstract, x, t, spec(cond.prompt_embeds), spec(cond.text_embeds), spec(cond.time_ids))
-    without = compilation.aot_compile(pipe._unet_call, *inputs).flops
+    without = aot.aot_compile(pipe._unet_call, *inputs).flops
     in_features = pipe.pipeline.unet_config.block_out_channels[0]
     assert with_cond - without >= 2 * in_features * COND_DIM
     assert with_cond - without < 0.01 * without

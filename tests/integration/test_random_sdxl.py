@@ -1,4 +1,5 @@
-"""benchmarks/bench_memory.py's random SDXL checkpoint, built from shrunk reference configs (the full
+"""The real architectures with random weights (sdaccel.toy.random_checkpoints.build_random_checkpoint, used by
+benchmarks/bench_memory.py), built from shrunk reference configs (the full
 size takes about 7 GB of disk and 20 GB of RAM), and benchmarks/bench_whole_image.py's SDXL rows
 on it: the layout every loader reads, the fp16 storage, both text encoders, the VAE's force_upcast."""
 
@@ -45,10 +46,10 @@ def shrunk_configs() -> dict[str, dict]:
 
 
 def build(folder: Path, weight_dtype: str, name: str = "sdxl", configs: dict | None = None) -> dict:
-    """``bench_memory.build_random_checkpoint`` in a child Python started in benchmarks/, where the
-    script's own imports resolve."""
+    """``build_random_checkpoint`` in a child Python (PyTorch's global seed and memory stay out of
+    the test process)."""
     code = (
-        "import json, sys; from bench_memory import build_random_checkpoint; "
+        "import json, sys; from sdaccel.toy.random_checkpoints import build_random_checkpoint; "
         "print(json.dumps(build_random_checkpoint(sys.argv[1], sys.argv[2], 0, sys.argv[3], json.loads(sys.argv[4]))))"
     )
     args = [name, str(folder), weight_dtype, json.dumps(configs if configs is not None else shrunk_configs())]
@@ -157,7 +158,7 @@ def test_the_sd15_layout_is_unchanged(tmp_path):
 
 def test_a_name_or_dtype_it_does_not_know_is_refused(tmp_path):
     code = (
-        "from bench_memory import build_random_checkpoint as b\n"
+        "from sdaccel.toy.random_checkpoints import build_random_checkpoint as b\n"
         "for args in (('sd3', 'x'), ('sdxl', 'x', 0, 'bf16')):\n"
         "    try:\n        b(*args)\n    except ValueError as e:\n        print(e)\n"
     )

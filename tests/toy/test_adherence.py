@@ -93,3 +93,40 @@ def test_bad_arguments_are_refused(tmp_path):
         adherence.evaluate("unused", tmp_path, pipelines=("ov_f32",))
     with pytest.raises(ValueError, match="include it in pipelines"):
         adherence.evaluate("unused", tmp_path, pipelines=("torch_fp32",))
+
+
+def test_format_table_is_markdown_with_a_note_per_other_sampler():
+    a = {"score": 0.95, "colour": 0.97, "shape": 0.96, "background": 1.0, "position": 0.99}
+
+    def vs(psnr, ssim, identical):
+        return {"psnr_mean": psnr, "ssim_mean": ssim, "identical": identical}
+
+    result = {
+        "config": {"prompts": 24},
+        "rows": {
+            "torch_fp32": {"adherence": a, "precision": "f32", "sampler": "PNDMScheduler"},
+            "jax_fp32": {
+                "adherence": a,
+                "precision": "f32",
+                "sampler": "EulerDiscreteScheduler",
+                "vs_torch_fp32": vs(30.54, 0.98, 0),
+            },
+            "ov_f32": {
+                "adherence": a,
+                "precision": "f32",
+                "sampler": "PNDMScheduler",
+                "vs_torch_fp32": vs(60.0, 1.0, 24),
+            },
+        },
+    }
+    assert adherence.format_table(result).splitlines() == [
+        "| pipeline | precision | adherence (colour+shape) | colour | shape | background | position "
+        "| PSNR vs torch (dB) | SSIM vs torch | PSNR vs ov_f32 (dB) | SSIM vs ov_f32 |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| torch_fp32 | f32 | **0.950** | 0.970 | 0.960 | 1.000 | 0.990 | - | - | - | - |",
+        "| jax_fp32 | f32 | **0.950** | 0.970 | 0.960 | 1.000 | 0.990 | 30.5 | 0.980 | - | - |",
+        "| ov_f32 | f32 | **0.950** | 0.970 | 0.960 | 1.000 | 0.990 | identical | 1.000 | - | - |",
+        "",
+        "jax_fp32 ran EulerDiscreteScheduler (the checkpoint's PNDMScheduler is not implemented there): "
+        "its PSNR/SSIM include the change of sampler.",
+    ]

@@ -8,8 +8,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from sdaccel.core.checkpoint import read_defaults
 from sdaccel.core.contract import GenerationResult, image_grid
-from sdaccel.tpu.pipeline import JaxPipeline, describe_unet, initial_noise, read_defaults
+from sdaccel.tpu.pipeline import JaxPipeline, describe_unet, initial_noise
 
 torch = pytest.importorskip("torch")
 diffusers = pytest.importorskip("diffusers")

@@ -53,7 +53,7 @@ def expected_splash_flops(global_batch: int) -> float:
 
 def per_chip_argument_bytes(mesh_spec: str) -> int:
     """What the rules place on one chip: every argument's shard, summed."""
-    mesh = tpu_plan.make_mesh("v5e-4", mesh_spec)
+    mesh = tpu_plan.mesh_for("v5e-4", mesh_spec)
     pipe = tpu_plan.abstract_pipeline("tiny", jnp.bfloat16, "splash", mesh=mesh)
     data = sharding.axis_size(mesh, sharding.DATA)
     args = tpu_plan.program_args(pipe, mesh, data, HEIGHT, WIDTH, STEPS, True, MIN_SHARD)
@@ -113,7 +113,7 @@ def test_compiled_cost_analysis_counts_flops_on_tpu(compiled):
     row, program = compiled["auto"]
     per_chip = tpu_topology.flops(program)
     assert per_chip == row["flops"]["program_as_counted_per_chip"]
-    mesh = tpu_plan.make_mesh("v5e-4", "auto")
+    mesh = tpu_plan.mesh_for("v5e-4", "auto")
     pipe = tpu_plan.abstract_pipeline("tiny", jnp.bfloat16, "splash", mesh=mesh)
     args = tpu_plan.program_args(pipe, mesh, 4, HEIGHT, WIDTH, STEPS)  # outside the mesh: it makes arrays
     with jax.set_mesh(mesh):
@@ -133,7 +133,7 @@ def test_compiled_cost_analysis_counts_flops_on_tpu(compiled):
 
 
 def test_xla_attention_has_no_kernel():
-    mesh = tpu_plan.make_mesh("v5e-4", "auto")
+    mesh = tpu_plan.mesh_for("v5e-4", "auto")
     pipe = tpu_plan.abstract_pipeline("tiny", jnp.bfloat16, "xla", mesh=mesh)
     args = tpu_plan.program_args(pipe, mesh, 4, HEIGHT, WIDTH, STEPS)
     with jax.set_mesh(mesh):
@@ -238,7 +238,7 @@ def test_vae_decode_one_image_per_step_same_images_less_memory():
 def test_a_program_xla_refuses_is_reported_as_not_fitting():
     """XLA refuses to compile a program whose temporaries exceed the chip's HBM; the plan keeps the
     compiler's figure and the arguments' bytes from their shardings."""
-    mesh = tpu_plan.make_mesh("v5e-4", "auto")
+    mesh = tpu_plan.mesh_for("v5e-4", "auto")
     pipe = tpu_plan.abstract_pipeline("tiny", jnp.bfloat16, "splash", mesh=mesh)
     args = tpu_plan.program_args(pipe, mesh, 4, HEIGHT, WIDTH, STEPS)
     error = (
@@ -339,7 +339,7 @@ def test_without_libtpu_the_error_names_the_install(monkeypatch):
 def test_compiling_for_tpu_off_cloud_prints_nothing():
     """libtpu warns on stderr when it cannot ask the cloud metadata server; the notebooks show
     stderr, so ``tpu_devices`` gives it what it would have asked for."""
-    code = "from sdaccel import tpu_compile; print(len(tpu_topology.tpu_devices('v5e-4')))"
+    code = "from sdaccel.tpu import topology as tpu_topology; print(len(tpu_topology.tpu_devices('v5e-4')))"
     env = {k: v for k, v in os.environ.items() if not k.startswith("TPU_")}
     env["JAX_PLATFORMS"] = "cpu"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
@@ -353,3 +353,63 @@ def test_configs_of_a_checkpoint_folder_by_absolute_path():
     assert {"unet", "vae", "text_encoder", "text_encoder_2", "scheduler"} <= set(
         tpu_plan.read_configs(folder)
     )
+
+
+# ----------------------------------------------------------------------------------------------
+# The TPU floor of one image, from the plans' recorded FLOPs
+# ----------------------------------------------------------------------------------------------
+
+PLANS = sorted((Path(__file__).resolve().parents[2] / "benchmarks" / "results").glob("tpu_plan_*.json"))
+
+
+def _plan(path, rows):
+    path.write_text(json.dumps({"rows": rows}))
+    return path
+
+
+def _row(unet_call, batch, guidance=True, size=1024):
+    return {
+        "flops": {"unet_call": unet_call},
+        "global_batch": batch,
+        "guidance": guidance,
+        "height": size,
+        "width": size,
+        "dtype": "bfloat16",
+    }
+
+
+def test_unet_row_flops_divides_by_the_latents_and_checks_agreement(tmp_path):
+    a = _plan(tmp_path / "a.json", [_row(80.0, 4), _row(None, 4)])
+    b = _plan(tmp_path / "b.json", [_row(10.0, 1, guidance=False)])
+    out = tpu_plan.unet_row_flops([a, b])
+    assert out["flops"] == pytest.approx(10.0)
+    assert (out["height"], out["width"]) == (1024, 1024)
+    assert [s["latents"] for s in out["sources"]] == [8, 1]
+    c = _plan(tmp_path / "c.json", [_row(11.0, 1, guidance=False)])
+    with pytest.raises(ValueError, match="disagree"):
+        tpu_plan.unet_row_flops([a, c])
+    d = _plan(tmp_path / "d.json", [_row(10.0, 1, guidance=False, size=512)])
+    with pytest.raises(ValueError, match="different sizes"):
+        tpu_plan.unet_row_flops([a, d])
+    with pytest.raises(ValueError, match="no row"):
+        tpu_plan.unet_row_flops([_plan(tmp_path / "e.json", [_row(None, 1)])])
+
+
+@pytest.mark.skipif(not PLANS, reason="no tpu_plan JSON in benchmarks/results")
+def test_the_recorded_plans_agree_on_sdxl_unet_flops():
+    out = tpu_plan.unet_row_flops(PLANS)
+    # SDXL's UNet at 1024x1024 (128x128 latents): about 6.8 TFLOP per latent, in every plan
+    assert out["flops"] == pytest.approx(6.779e12, rel=1e-3)
+    assert (out["height"], out["width"]) == (1024, 1024)
+
+
+def test_tpu_floor():
+    out = tpu_plan.tpu_floor(6.0e12, 4, False, 10.0e12, 200e12, encode_flops=1.0e12)
+    assert out["unet_flops"] == pytest.approx(24.0e12)
+    assert out["flops"] == pytest.approx(35.0e12)
+    assert out["floor_s"] == pytest.approx(0.175)
+    assert out["unet_floor_s"] == pytest.approx(0.12)
+    guided = tpu_plan.tpu_floor(6.0e12, 20, True, None, 200e12)
+    assert guided["flops"] == pytest.approx(240.0e12)
+    with pytest.raises(ValueError):
+        tpu_plan.tpu_floor(6.0e12, 0, False, None, 200e12)

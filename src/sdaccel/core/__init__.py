@@ -1,0 +1,205 @@
+"""The shared ground of both tracks: what the JAX/TPU track (:mod:`sdaccel.tpu`), the OpenVINO/CPU
+track (:mod:`sdaccel.cpu`) and everything above them use, with no deep-learning framework (no JAX,
+PyTorch or OpenVINO: numpy and safetensors only), so that both tracks' environments can import it.
+
+Every name below can be imported from ``sdaccel.core`` or from its module.
+
+## The pipeline contract
+
+:mod:`sdaccel.core.contract`: how every text-to-image front-end is called and what it returns.
+
+- :class:`GenerationResult`, :class:`Defaults`, :class:`Request`; :data:`TIMING_KEYS`,
+  :data:`SCHEDULER_NAMES`, :data:`GUIDANCE_BY_PIPELINE`, :data:`DEFAULT_STEPS`, :data:`SEED_LIMIT`
+- :func:`check_inputs`, :func:`check_seed`, :func:`normalize_prompts`,
+  :func:`normalize_negative_prompts`, :func:`scheduler_class_name`, :func:`size_multiple`,
+  :func:`vae_scale_factor`
+- :func:`make_timings`, :func:`unscale_latents`, :func:`to_pil`, :func:`image_grid`
+
+## Checkpoints
+
+:mod:`sdaccel.core.checkpoint`: find a diffusers checkpoint (a folder or a hub id) and read its
+safetensors without PyTorch.
+
+- :class:`CheckpointError`; :func:`resolve_checkpoint`, :func:`allow_patterns`,
+  :func:`read_json`, :func:`read_config`, :func:`read_defaults`
+- :class:`WeightFile`, :class:`WeightReader`, :func:`open_weights`, :func:`torch_key`,
+  :func:`check_safetensors`, :func:`check_weight_files`, :func:`refetch_hint`
+- :func:`resolve_tiny_vae`, :func:`check_tiny_vae_compatible`, :func:`resolve_lora`;
+  :data:`TINY_VAE_FILES`, :data:`LORA_FILES`
+
+## LoRA files
+
+:mod:`sdaccel.core.lora_files`: read LoRA adapters (diffusers/peft and kohya layouts) into one
+layout, write kohya files.
+
+- :class:`LoraError`, :class:`LoraAdapter`, :class:`LoraLayer`
+- :func:`read_lora`, :func:`save_kohya`, :func:`sgm_names`, :func:`check_scale`,
+  :func:`resolve_adapters`
+
+## Writing safely
+
+:mod:`sdaccel.core.staging`: a folder is published whole or not at all, a file replaced at once.
+
+- :func:`check_writable`, :func:`staged_folder`, :func:`publish_folder`, :func:`link_tree`
+- :func:`replace_text`, :func:`replace_json`
+
+## Child processes
+
+:mod:`sdaccel.core.processes`: run a function in a fresh process, measure its peak memory, stop it
+at a limit.
+
+- :class:`ChildRun`, :func:`run_with_memory_limit`
+
+## The environment
+
+:mod:`sdaccel.core.env`: what is installed and what CPU this is (one reading of it).
+
+- :func:`package_versions`, :data:`PACKAGES`
+- :func:`cpu_model`, :func:`cpu_features`, :data:`CPU_FLAGS`
+
+## Measuring and reporting
+
+:mod:`sdaccel.core.timing` and :mod:`sdaccel.core.tables`: the one call timer and the one Markdown
+table writer.
+
+- :func:`time_calls`, :class:`Timing`, :func:`median`
+- :func:`markdown_table`
+"""
+
+from __future__ import annotations
+
+from sdaccel.core.checkpoint import (
+    LORA_FILES,
+    TINY_VAE_FILES,
+    CheckpointError,
+    WeightFile,
+    WeightReader,
+    allow_patterns,
+    check_safetensors,
+    check_tiny_vae_compatible,
+    check_weight_files,
+    open_weights,
+    read_config,
+    read_defaults,
+    read_json,
+    refetch_hint,
+    resolve_checkpoint,
+    resolve_lora,
+    resolve_tiny_vae,
+    torch_key,
+)
+from sdaccel.core.contract import (
+    DEFAULT_STEPS,
+    GUIDANCE_BY_PIPELINE,
+    SCHEDULER_NAMES,
+    SEED_LIMIT,
+    TIMING_KEYS,
+    Defaults,
+    GenerationResult,
+    Request,
+    check_inputs,
+    check_seed,
+    image_grid,
+    make_timings,
+    normalize_negative_prompts,
+    normalize_prompts,
+    scheduler_class_name,
+    size_multiple,
+    to_pil,
+    unscale_latents,
+    vae_scale_factor,
+)
+from sdaccel.core.env import CPU_FLAGS, PACKAGES, cpu_features, cpu_model, package_versions
+from sdaccel.core.lora_files import (
+    LoraAdapter,
+    LoraError,
+    LoraLayer,
+    check_scale,
+    read_lora,
+    resolve_adapters,
+    save_kohya,
+    sgm_names,
+)
+from sdaccel.core.processes import ChildRun, run_with_memory_limit
+from sdaccel.core.staging import (
+    check_writable,
+    link_tree,
+    publish_folder,
+    replace_json,
+    replace_text,
+    staged_folder,
+)
+from sdaccel.core.tables import markdown_table
+from sdaccel.core.timing import Timing, median, time_calls
+
+__all__ = [
+    # The pipeline contract
+    "GenerationResult",
+    "Defaults",
+    "Request",
+    "TIMING_KEYS",
+    "SCHEDULER_NAMES",
+    "GUIDANCE_BY_PIPELINE",
+    "DEFAULT_STEPS",
+    "SEED_LIMIT",
+    "check_inputs",
+    "check_seed",
+    "normalize_prompts",
+    "normalize_negative_prompts",
+    "scheduler_class_name",
+    "size_multiple",
+    "vae_scale_factor",
+    "make_timings",
+    "unscale_latents",
+    "to_pil",
+    "image_grid",
+    # Checkpoints
+    "CheckpointError",
+    "resolve_checkpoint",
+    "allow_patterns",
+    "read_json",
+    "read_config",
+    "read_defaults",
+    "WeightFile",
+    "WeightReader",
+    "open_weights",
+    "torch_key",
+    "check_safetensors",
+    "check_weight_files",
+    "refetch_hint",
+    "resolve_tiny_vae",
+    "check_tiny_vae_compatible",
+    "resolve_lora",
+    "TINY_VAE_FILES",
+    "LORA_FILES",
+    # LoRA files
+    "LoraError",
+    "LoraAdapter",
+    "LoraLayer",
+    "read_lora",
+    "save_kohya",
+    "sgm_names",
+    "check_scale",
+    "resolve_adapters",
+    # Writing safely
+    "check_writable",
+    "staged_folder",
+    "publish_folder",
+    "link_tree",
+    "replace_text",
+    "replace_json",
+    # Child processes
+    "ChildRun",
+    "run_with_memory_limit",
+    # The environment
+    "package_versions",
+    "PACKAGES",
+    "cpu_model",
+    "cpu_features",
+    "CPU_FLAGS",
+    # Measuring and reporting
+    "time_calls",
+    "Timing",
+    "median",
+    "markdown_table",
+]

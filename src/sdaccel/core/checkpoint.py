@@ -42,6 +42,8 @@ import ml_dtypes
 import numpy as np
 from safetensors import SafetensorError, safe_open
 
+from sdaccel.core.contract import Defaults, vae_scale_factor
+
 
 class CheckpointError(ValueError):
     """A checkpoint folder or hub id is missing, incomplete or does not match the model."""
@@ -149,6 +151,32 @@ def read_config(folder: str | os.PathLike, component: str | None = None) -> dict
             return read_json(base / name)
     raise CheckpointError(
         f"Missing {base}/config.json: is {folder} a diffusers checkpoint with a {component!r} folder?"
+    )
+
+
+def read_defaults(path_or_id: str | os.PathLike, vae_component: str = "vae") -> Defaults:
+    """A checkpoint's call defaults and input limits (:class:`~sdaccel.core.contract.Defaults`)
+    from its configs alone: ``model_index.json``, the UNet's, the VAE's and the scheduler's. No
+    weights are read, and from the hub only the config files are fetched; what the pipelines give
+    ``pipe.defaults``, so that a caller can check its inputs before loading.
+
+    ``vae_component`` is the folder of the VAE's config: ``"vae"`` in a diffusers checkpoint (a
+    local folder or a hub id), ``"vae_decoder"`` in an OpenVINO export folder
+    (:mod:`sdaccel.cpu.export`). A tiny autoencoder's config (TAESD) names its levels
+    ``decoder_block_out_channels``.
+    """
+    folder = resolve_checkpoint(path_or_id, components=[])
+    index = read_json(folder / "model_index.json")
+    unet, vae, scheduler = (read_config(folder, name) for name in ("unet", vae_component, "scheduler"))
+    vae_levels = vae.get("block_out_channels") or vae.get("decoder_block_out_channels")
+    if "block_out_channels" not in unet or not vae_levels:
+        raise CheckpointError(f"{folder}: the unet or vae config has no block_out_channels.")
+    return Defaults.from_checkpoint(
+        index,
+        unet.get("sample_size"),
+        len(unet["block_out_channels"]),
+        vae_scale_factor(vae_levels),
+        scheduler.get("num_train_timesteps", 1000),
     )
 
 

@@ -126,3 +126,11 @@ def replace_text(path: str | os.PathLike, text: str) -> None:
 
 def replace_json(path: str | os.PathLike, data) -> None:
     replace_text(path, json.dumps(data, indent=2))
+
+
+def disk_bytes(path: str | os.PathLike) -> int:
+    """Bytes on disk of the file ``path``, or of every file under the folder ``path``."""
+    path = Path(path)
+    if path.is_file():
+        return path.stat().st_size
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())

@@ -1,10 +1,10 @@
 """Markdown tables, the one way every report of the package writes them.
 
-    >>> print(markdown_table(["variant", "s/step"], [["f32", "4.84"], ["INT8", "1.58"]], align="lr"))
-    | variant | s/step |
-    |---|---:|
-    | f32 | 4.84 |
-    | INT8 | 1.58 |
+>>> print(markdown_table(["variant", "s/step"], [["f32", "4.84"], ["INT8", "1.58"]], align="lr"))
+| variant | s/step |
+|---|---:|
+| f32 | 4.84 |
+| INT8 | 1.58 |
 """
 
 from __future__ import annotations
@@ -15,7 +15,9 @@ from collections.abc import Iterable, Sequence
 _RULES = {"l": "---", "r": "---:", "c": ":---:"}
 
 
-def markdown_table(header: Sequence[object], rows: Iterable[Sequence[object]], align: str | None = None) -> str:
+def markdown_table(
+    header: Sequence[object], rows: Iterable[Sequence[object]], align: str | None = None
+) -> str:
     """A Markdown table of ``header`` and ``rows`` (cells turned into text with ``str``).
 
     ``align`` has one letter per column, ``l`` (the default), ``r`` or ``c``; a shorter string

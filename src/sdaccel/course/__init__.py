@@ -1,0 +1,74 @@
+"""Running the course: what the notebooks call, what runs them, what checks a machine before a
+workshop, the docs site, and the report code of notebooks 06 and 07.
+
+The names below are this room's public API, listed by the module that defines them. Importing
+``sdaccel.course`` imports none of its modules: most of them are command lines too
+(``python -m sdaccel.course.<module>``), and some load JAX, PyTorch or OpenVINO when called. Import
+a name from its module, as the notebooks do: ``from sdaccel.course.run_profiles import start``.
+:data:`__all__` names the modules.
+
+## In a notebook
+
+- :func:`~sdaccel.course.run_profiles.start` (:mod:`~sdaccel.course.run_profiles`): the cell after the
+  parameters cell; applies the active profile's overrides and says which devices run the notebook.
+- :class:`~sdaccel.course.notebook.Results` (:mod:`~sdaccel.course.notebook`): writes what a notebook
+  measured to ``OUTPUT_DIR/results.json`` as soon as it is measured; :func:`~sdaccel.course.notebook.quiet`
+  silences the libraries' known noise.
+- :func:`~sdaccel.course.exercises.check` (:mod:`~sdaccel.course.exercises`): checks an exercise's answer;
+  :class:`~sdaccel.course.exercises.ExerciseNotDone` is what it raises for a missing or wrong one.
+
+## Running the notebooks
+
+- :func:`~sdaccel.course.run_notebooks.run_all`, :func:`~sdaccel.course.run_notebooks.execute`,
+  :func:`~sdaccel.course.run_notebooks.discover` (:mod:`~sdaccel.course.run_notebooks`): execute the
+  notebooks with papermill under a profile (``python -m sdaccel.course.run_notebooks``).
+- :func:`~sdaccel.course.run_profiles.overrides` and :data:`~sdaccel.course.run_profiles.KERNEL_ENV`: what
+  a profile changes (``python -m sdaccel.course.run_profiles lab`` starts Jupyter with it).
+- :func:`~sdaccel.course.exercises.strip`: the attendee copies, solutions removed
+  (``python -m sdaccel.course.exercises strip``).
+
+## Before a workshop
+
+- :func:`~sdaccel.course.doctor.run_checks` (:mod:`~sdaccel.course.doctor`): the pre-flight check of a
+  machine (``python -m sdaccel.course.doctor``).
+- :func:`sdaccel.course.download.download` (:mod:`~sdaccel.course.download`): fetches exactly the hub
+  files the chosen notebooks read (``python -m sdaccel.course.download``). It is not a name of the
+  package, whose ``download`` is that module.
+- :data:`~sdaccel.course.resources.NOTEBOOKS`, :data:`~sdaccel.course.resources.MODELS`,
+  :func:`~sdaccel.course.resources.models_for`, :func:`~sdaccel.course.resources.totals`,
+  :func:`~sdaccel.course.resources.disk_shortfall` (:mod:`~sdaccel.course.resources`): what each
+  notebook needs (memory, disk, hub files), read by both.
+
+## The docs site
+
+- :func:`~sdaccel.course.docs_site.build`, :func:`~sdaccel.course.docs_site.stage`
+  (:mod:`~sdaccel.course.docs_site`): the Sphinx site from the executed smoke notebooks
+  (``python -m sdaccel.course.docs_site``).
+
+## Reports of notebooks 06 and 07
+
+- :mod:`~sdaccel.course.whole_image` (notebook 06, ``benchmarks/bench_whole_image.py``):
+  :func:`~sdaccel.course.whole_image.time_calls`, :func:`~sdaccel.course.whole_image.summarize`,
+  :func:`~sdaccel.course.whole_image.compose`, :func:`~sdaccel.course.whole_image.read_table`,
+  :func:`~sdaccel.course.whole_image.reference_files`, :func:`~sdaccel.course.whole_image.findings`,
+  :func:`~sdaccel.course.whole_image.segments`, :func:`~sdaccel.course.whole_image.format_table`; the
+  benchmark's rows are :data:`~sdaccel.course.whole_image_rows.ROWS`.
+- :mod:`~sdaccel.course.few_steps` (notebook 07): :func:`~sdaccel.course.few_steps.time_images`,
+  :func:`~sdaccel.course.few_steps.speed_rows`, :func:`~sdaccel.course.few_steps.format_speed`,
+  :func:`~sdaccel.course.few_steps.lever_costs`, :func:`~sdaccel.course.few_steps.format_costs`,
+  :func:`~sdaccel.course.few_steps.faster`.
+"""
+
+__all__ = [
+    "docs_site",
+    "doctor",
+    "download",
+    "exercises",
+    "few_steps",
+    "notebook",
+    "resources",
+    "run_notebooks",
+    "run_profiles",
+    "whole_image",
+    "whole_image_rows",
+]

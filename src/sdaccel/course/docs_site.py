@@ -8,6 +8,9 @@ The site is Sphinx with myst-nb (configured in ``docs/conf.py``). Its sources ar
 ``notebooks/`` with the *executed* copies, ``docs/`` and the READMEs these pages link to, with the
 images they show. So a relative link that works on GitHub works on the site. The HTML goes to
 ``<out>/html``; a new build replaces the old one only once it has succeeded.
+
+The API reference is one page per room (:data:`API_PAGES`, ``docs/api/<room>.md``: a paragraph on
+what the room is for, then the autodoc of its public names), listed by ``docs/api.md``.
 """
 
 from __future__ import annotations
@@ -33,6 +36,8 @@ REFERENCE = [
     "deploy/README.md",
     "docs/about-this-site.md",
 ]
+#: The API page of each room, in the order of ``docs/api.md``'s table of contents (which lists them).
+API_PAGES = [f"docs/api/{room}.md" for room in ("course", "toy", "tpu", "cpu", "core")]
 _LINK = re.compile(r"\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)")
 
 
@@ -94,7 +99,7 @@ def stage(executed_dir: Path, staging: Path, repo: Path = REPO) -> list[str]:
     for nb in notebooks:
         shutil.copy2(nb, staging / "notebooks" / nb.name)
         docs.append(f"notebooks/{nb.stem}")
-    for rel in GUIDE + REFERENCE:
+    for rel in GUIDE + REFERENCE + API_PAGES:
         _copy_with_assets(rel, repo, staging)
     _copy_with_assets("README.md", repo, staging)
     readme = (staging / "README.md").read_text()

@@ -21,7 +21,6 @@ import json
 import os
 import platform
 import re
-import shutil
 import subprocess
 import sys
 from dataclasses import asdict, dataclass, field
@@ -269,7 +268,7 @@ def check_memory(available_bytes: int, need_gib: float, profile: str) -> Check:
 def check_disk(free_bytes: int, need_gib: float, path: Path, profile: str) -> Check:
     have = free_bytes / GIB
     detail = f"{have:.1f} GiB free at {path}, {need_gib:.1f} GiB needed ({profile})"
-    if have < need_gib:
+    if resources.Disk(path, free_bytes, need_gib * GIB).short:
         return Check(
             "disk",
             "fail",
@@ -535,7 +534,7 @@ def run_checks(
     to_download = download_gib(models, cached) if profile == "full" else 0.0
     checks.append(
         check_disk(
-            shutil.disk_usage(REPO).free,
+            resources.free_bytes(REPO),
             resources.totals(chosen, profile).disk_gib + to_download,
             REPO,
             profile,
@@ -568,7 +567,7 @@ def full_profile_gaps(
         check_hub(reachable, error, token, "full"),
         check_models(models, cached, bool(reachable), "full"),
         check_memory(available_bytes, need.ram_gib, "full"),
-        check_disk(shutil.disk_usage(REPO).free, need.disk_gib + download_gib(models, cached), REPO, "full"),
+        check_disk(resources.free_bytes(REPO), need.disk_gib + download_gib(models, cached), REPO, "full"),
     ]
     if numbers & JAX_NOTEBOOKS - {"00"} and not tpu_devices:
         candidates.append(

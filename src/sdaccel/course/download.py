@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -103,14 +102,13 @@ def cache_root(dest: str | os.PathLike | None) -> Path:
 
 
 def check_disk(root: Path, need_bytes: int, free_bytes: Callable[[Path], int] | None = None) -> None:
-    """Raise :class:`DownloadError` when the disk holding ``root`` has less than ``need_bytes`` free."""
-    probe = root
-    while not probe.exists():  # the cache folder may not exist yet: measure its nearest parent
-        probe = probe.parent
-    free = (free_bytes or (lambda p: shutil.disk_usage(p).free))(probe)
-    if free < need_bytes:
+    """Raise :class:`DownloadError` when the disk holding ``root`` has less than ``need_bytes`` free
+    (:func:`sdaccel.course.resources.disk_shortfall`: the cache folder may not exist yet, so its
+    nearest existing parent is measured)."""
+    disk = resources.disk_shortfall(root, need_bytes, free_bytes)
+    if disk.short:
         raise DownloadError(
-            f"Not enough disk at {root}: the download needs {_gib(need_bytes)} and {_gib(free)} is free. "
+            f"Not enough disk at {root}: the download needs {_gib(need_bytes)} and {_gib(disk.free_bytes)} is free. "
             "Free some space, choose fewer --notebooks/--models, or pass --dest on a larger disk."
         )
 

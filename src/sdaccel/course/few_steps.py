@@ -5,7 +5,8 @@ model at its usual number of steps and for the same model with an LCM-LoRA fused
 then adds the tiny autoencoder and an INT8 UNet one lever at a time. This module holds what its
 cells share and what the tests check:
 
-- :func:`time_images`: compile (or warm up) once, then the median of a few timed calls;
+- :func:`time_images`: compile (or warm up) once, then the median of a few timed calls (the calls
+  timed by :func:`sdaccel.course.whole_image.time_calls`, that is :func:`sdaccel.core.timing.time_calls`);
 - :func:`speed_rows` / :func:`format_speed`: seconds per image and the ratio to a base measured in
   the same run, with the precision that ran;
 - :func:`lever_costs` / :func:`format_costs`: what each configuration costs against the base's
@@ -52,8 +53,9 @@ def time_images(
     pipe, prompts: Sequence[str], repeats: int = 3, *, clock=time.perf_counter, **generate
 ) -> Timed:
     """Generate ``prompts`` once to compile (JAX) or warm up (OpenVINO), then ``repeats`` more
-    times, timed by the wall clock less any compile time (:func:`sdaccel.course.whole_image.time_calls`).
-    Every call is the same (same seed), so the images of the last one stand for all."""
+    times, timed by the wall clock less any compile time (:func:`sdaccel.course.whole_image.time_calls`,
+    built on :func:`sdaccel.core.timing.time_calls`). Every call is the same (same seed), so the
+    images of the last one stand for all."""
     if not prompts:
         raise ValueError("time_images needs at least one prompt.")
     last = {}

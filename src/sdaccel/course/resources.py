@@ -10,11 +10,18 @@ Memory and disk are per profile. The *smoke* figures cover the tiny checkpoints 
 repository; the *full* figures are estimates for the real models (weights in the precision each
 notebook uses, plus the OpenVINO exports and INT8 variants the CPU notebooks write under
 ``build/``), rounded up. The model downloads are counted once, in :data:`MODELS`, not per notebook.
+
+:func:`disk_shortfall` reads the free disk and compares it with a need, the one way both the
+pre-flight check and the downloader do it.
 """
 
 from __future__ import annotations
 
+import os
+import shutil
+from collections.abc import Callable
 from dataclasses import dataclass, replace
+from pathlib import Path
 
 from sdaccel.core.checkpoint import LORA_FILES, TINY_VAE_FILES, allow_patterns
 
@@ -207,3 +214,49 @@ def totals(notebooks: list[Notebook], profile: str) -> Needs:
     """Peak memory (the largest notebook: they run one at a time) and the disk all of them write."""
     needs = [nb.needs(profile) for nb in notebooks]
     return Needs(max((n.ram_gib for n in needs), default=0.0), sum(n.disk_gib for n in needs))
+
+
+# ----------------------------------------------------------------------------------------------
+# Disk: how much is free where the files will go, against how much they need
+# ----------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Disk:
+    """The free bytes of the disk holding ``path`` against the bytes needed there."""
+
+    path: Path
+    free_bytes: int
+    need_bytes: float
+
+    @property
+    def short(self) -> bool:
+        """Whether the disk has less free than needed."""
+        return self.free_bytes < self.need_bytes
+
+    @property
+    def shortfall_bytes(self) -> float:
+        """How many more bytes would have to be free (0 when there is enough)."""
+        return max(self.need_bytes - self.free_bytes, 0)
+
+
+def existing_folder(path: str | os.PathLike) -> Path:
+    """``path``, or its nearest parent that exists (a cache folder may not be made yet)."""
+    probe = Path(path)
+    while not probe.exists():
+        probe = probe.parent
+    return probe
+
+
+def free_bytes(path: str | os.PathLike) -> int:
+    """The free bytes of the disk that holds ``path`` (or its nearest existing parent)."""
+    return shutil.disk_usage(existing_folder(path)).free
+
+
+def disk_shortfall(
+    path: str | os.PathLike, need_bytes: float, read_free: Callable[[Path], int] | None = None
+) -> Disk:
+    """The free bytes at ``path`` against ``need_bytes``: read on the nearest existing folder by
+    ``read_free`` (default: :func:`free_bytes`; tests pass a fake), compared in :attr:`Disk.short`."""
+    probe = existing_folder(path)
+    return Disk(Path(path), (read_free or free_bytes)(probe), need_bytes)

@@ -97,7 +97,7 @@ SMOKE: dict[str, dict] = {
         "COMPARE_IMAGES": 2,
         "COMPARE_HEIGHT": 32,
         "COMPARE_WIDTH": 32,
-        "COMPARE_STEPS": 20,
+        "COMPARE_STEPS": 10,  # the parameters cell's own: PyTorch on the CPU, "fewer steps" than STEPS
     },
     "02_sharding_across_cores": {
         "MODEL_ID": TINY_SDXL,

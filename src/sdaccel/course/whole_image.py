@@ -6,7 +6,8 @@ one call, ``generate(prompt) -> PIL image``, timed from outside by the wall cloc
 seconds the process spent in it (all its threads: on a CPU that other work shares, the wall time
 of a call grows with that work, its CPU seconds much less):
 
-- :func:`time_calls` runs an untimed warm-up call, then ``runs`` timed calls, and keeps for each
+- :func:`time_calls` runs an untimed warm-up call, then ``runs`` timed calls
+  (:func:`sdaccel.core.timing.time_calls`), and keeps for each
   the whole time and its split into encode / denoise / decode where the front-end reports it
   (``result.timings``: ``encode_s``; ``vae_decoder_s`` in the OpenVINO loop; a JAX pipeline
   reports ``denoise_decode_s`` as one piece). Compile time (``compile_s``, JAX) is excluded
@@ -14,11 +15,11 @@ of a call grows with that work, its CPU seconds much less):
 - :func:`summarize` reduces the runs to medians; :func:`composed_seconds` builds a whole-image
   figure from measured parts (encode + steps x one step + decode) where a full run would not fit
   the time, and says so.
-- :func:`unet_row_flops` and :func:`tpu_floor` derive the FLOPs and the time floor of a program
-  from XLA's cost analysis recorded by :mod:`sdaccel.tpu.plan`.
-
+  (The FLOPs and time floor of the TPU program, which the script adds to its table, are
+  :func:`sdaccel.tpu.plan.unet_row_flops` and :func:`sdaccel.tpu.plan.tpu_floor`.)
 - :func:`read_table` reads the JSON that ``benchmarks/bench_whole_image.py`` writes into rows to
-  show, each with its ratio to the PyTorch fp32 row of the same file; :func:`markdown_table`,
+  show (the rows' keys and order: :mod:`sdaccel.course.whole_image_rows`, which the script
+  imports too), each with its ratio to the PyTorch fp32 row of the same file; :func:`markdown_table`,
   :func:`segments` (the parts of a bar chart) and :func:`findings` (sentences computed from the
   rows) show them, in the script's own table (:func:`format_table`) and in notebook 06.
 """
@@ -27,10 +28,13 @@ from __future__ import annotations
 
 import json
 import os
-import statistics
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from pathlib import Path
+
+from sdaccel.core import tables, timing
+from sdaccel.course.whole_image_rows import BASELINE, is_few_step, row_order
+from sdaccel.course.whole_image_rows import ROWS as ROWS  # the tables' rows, read here by the script
 
 #: The parts of a whole image, in call order.
 PARTS = ("encode_s", "denoise_s", "decode_s", "denoise_decode_s")
@@ -63,41 +67,33 @@ def time_calls(
     reported)."""
     if runs < 1:
         raise ValueError(f"runs must be at least 1, got {runs}.")
-    start = clock()
-    (warmup or call)()
-    out: dict = {"warmup_s": clock() - start, "image_s": [], "cpu_s": [], "compile_s": []}
+    # 1. The warm-up and the timed calls, each call's result kept for the timings it reports
+    timed = timing.time_calls(
+        call, repeats=runs, warmup=warmup, keep_results=True, clock=clock, cpu_clock=cpu_clock
+    )
+    # 2. Each call's whole time less its compile time, and its parts
+    out: dict = {"warmup_s": timed.first_s, "image_s": [], "cpu_s": list(timed.cpu_s), "compile_s": []}
     out.update({part: [] for part in PARTS})
-    for _ in range(runs):
-        start, cpu_start = clock(), cpu_clock()
-        result = call()
-        wall, cpu = clock() - start, cpu_clock() - cpu_start
+    for wall, result in zip(timed.runs_s, timed.results, strict=True):
         timings = dict(getattr(result, "timings", None) or {})
         compile_s = float(timings.get("compile_s", 0.0))
         out["image_s"].append(wall - compile_s)
-        out["cpu_s"].append(cpu)
         out["compile_s"].append(compile_s)
         for part, value in split_timings(timings).items():
             out[part].append(value)
     return out
 
 
-def _median(values: Iterable[float | None]) -> float | None:
-    values = list(values)
-    if not values or any(v is None for v in values):
-        return None
-    return statistics.median(values)
-
-
 def summarize(times: dict, baseline_s: float | None = None, baseline_cpu_s: float | None = None) -> dict:
     """Medians of :func:`time_calls`' runs; ``ratio``: ``baseline_s`` / the median whole-image
     time (how many times faster than the baseline; ``None`` without a baseline), and
     ``cpu_ratio`` the same in CPU seconds (``None`` without ``baseline_cpu_s`` or ``cpu_s``)."""
-    image = _median(times["image_s"])
+    image = timing.median(times["image_s"])
     if image is None:
         raise ValueError("no timed runs to summarize")
     out = {"image_s": image, "runs": len(times["image_s"])}
-    out.update({part: _median(times.get(part, [])) for part in PARTS})
-    out["cpu_s"] = _median(times.get("cpu_s", []))
+    out.update({part: timing.median(times.get(part, [])) for part in PARTS})
+    out["cpu_s"] = timing.median(times.get("cpu_s", []))
     out["ratio"] = None if baseline_s is None else baseline_s / image
     out["cpu_ratio"] = None if None in (baseline_cpu_s, out["cpu_s"]) else baseline_cpu_s / out["cpu_s"]
     if times.get("composed"):  # from compose(): one composed figure from `runs` calls of each length
@@ -136,7 +132,7 @@ def compose(short: dict, long: dict, a: int, b: int, steps: int) -> dict:
     if steps < 1:
         raise ValueError(f"steps must be at least 1, got {steps}.")
     med = {
-        n: {k: _median(t.get(k, [])) for k in ("image_s", "cpu_s", *PARTS)}
+        n: {k: timing.median(t.get(k, [])) for k in ("image_s", "cpu_s", *PARTS)}
         for n, t in ((a, short), (b, long))
     }
     for n in (a, b):
@@ -151,14 +147,14 @@ def compose(short: dict, long: dict, a: int, b: int, steps: int) -> dict:
     cpu_step = None
     if None not in (med[a]["cpu_s"], med[b]["cpu_s"]):
         cpu_step = (med[b]["cpu_s"] - med[a]["cpu_s"]) / (b - a)
-    encode = _median([*short.get("encode_s", []), *long.get("encode_s", [])])
-    decode = _median([*short.get("decode_s", []), *long.get("decode_s", [])])
+    encode = timing.median([*short.get("encode_s", []), *long.get("encode_s", [])])
+    decode = timing.median([*short.get("decode_s", []), *long.get("decode_s", [])])
     rest = med[a]["image_s"] - a * step - (encode or 0.0) - (decode or 0.0)
     image = composed_seconds(encode or 0.0, step, steps, decode or 0.0) + rest
     extra = (steps - a) * step
     denoise_decode = None if med[a]["denoise_decode_s"] is None else med[a]["denoise_decode_s"] + extra
     cpu = None if cpu_step is None else med[a]["cpu_s"] + (steps - a) * cpu_step
-    compile_s = _median([*short.get("compile_s", []), *long.get("compile_s", [])])
+    compile_s = timing.median([*short.get("compile_s", []), *long.get("compile_s", [])])
     return {
         "image_s": [image],
         "cpu_s": [cpu],
@@ -189,99 +185,12 @@ def composed_label(composed: dict | None) -> str:
 
 
 # ----------------------------------------------------------------------------------------------
-# The TPU floor, from the FLOPs that sdaccel.tpu.plan recorded
-# ----------------------------------------------------------------------------------------------
-
-
-def unet_row_flops(plan_files: Iterable[str | os.PathLike], rel_tol: float = 1e-6) -> dict:
-    """FLOPs of one UNet call on one latent (batch 1, no guidance) at the plans' size, from the
-    ``flops.unet_call`` of each row of ``tpu_plan`` JSON files: XLA's cost analysis of one UNet
-    call at ``global_batch`` images, doubled with guidance. Every row must give the same figure
-    per latent (the UNet's FLOPs grow linearly with the batch), else this raises.
-
-    Returns ``{"flops": ..., "height": ..., "width": ..., "dtype": ..., "sources": [...]}``."""
-    found = []
-    for path in plan_files:
-        data = json.loads(Path(path).read_text())
-        for row in data["rows"]:
-            call = (row.get("flops") or {}).get("unet_call")
-            if not call:
-                continue
-            latents = row["global_batch"] * (2 if row["guidance"] else 1)
-            found.append(
-                {
-                    "file": str(path),
-                    "unet_call": call,
-                    "latents": latents,
-                    "per_latent": call / latents,
-                    "size": (row["height"], row["width"]),
-                    "dtype": row["dtype"],
-                }
-            )
-    if not found:
-        raise ValueError("no row of the plan files records flops.unet_call")
-    first = found[0]
-    for other in found[1:]:
-        if other["size"] != first["size"]:
-            raise ValueError(f"plans of different sizes: {first['size']} and {other['size']}")
-        if abs(other["per_latent"] - first["per_latent"]) > rel_tol * first["per_latent"]:
-            raise ValueError(
-                f"UNet FLOPs per latent disagree: {first['per_latent']:.6g} ({first['file']}) and "
-                f"{other['per_latent']:.6g} ({other['file']})"
-            )
-    height, width = first["size"]
-    return {
-        "flops": first["per_latent"],
-        "height": height,
-        "width": width,
-        "dtype": first["dtype"],
-        "sources": [{k: f[k] for k in ("file", "unet_call", "latents")} for f in found],
-    }
-
-
-def tpu_floor(
-    unet_flops: float,
-    steps: int,
-    guidance: bool,
-    decode_flops: float | None,
-    peak_flops: float,
-    encode_flops: float = 0.0,
-) -> dict:
-    """FLOPs of one image and its time floor at ``peak_flops``: ``steps`` UNet calls on one
-    latent (two with ``guidance``), plus the VAE decode and the text encoders when known."""
-    if steps < 1 or peak_flops <= 0:
-        raise ValueError(f"need steps >= 1 and a positive peak, got {steps=}, {peak_flops=}.")
-    unet = steps * (2 if guidance else 1) * unet_flops
-    total = unet + (decode_flops or 0.0) + encode_flops
-    return {
-        "unet_flops": unet,
-        "decode_flops": decode_flops,
-        "encode_flops": encode_flops,
-        "flops": total,
-        "floor_s": total / peak_flops,
-        "unet_floor_s": unet / peak_flops,
-        "peak_flops": peak_flops,
-    }
-
-
-# ----------------------------------------------------------------------------------------------
 # The table of a benchmarks/bench_whole_image.py JSON
 # ----------------------------------------------------------------------------------------------
 
-#: The rows of ``benchmarks/bench_whole_image.py``, in the order the tables show them.
-ROWS = (
-    "torch_fp32_20",
-    "ov_float_20",
-    "ov_int8_weights_20",
-    "ov_hybrid_20",
-    "ov_full_int8_20",
-    "lcm4_lora_int8",
-    "lcm4_lora_int8_taesd",
-    "jax_fp32_20",
-    "jax_lcm4_lora_taesd",
-)
-#: The row every ratio is taken against.
-BASELINE = "torch_fp32_20"
+# The rows of ``benchmarks/bench_whole_image.py`` (ROWS, in the order the tables show them) and the
+# row every ratio is taken against (BASELINE) are those of sdaccel.course.whole_image_rows.
+
 #: The smallest share of the whole image that :func:`segments` shows as a part of its own ("rest").
 REST_SHOWN = 0.01
 
@@ -347,17 +256,6 @@ def describe(table: dict, name: str, tier: str) -> list[str]:
     ]
 
 
-def _row_order(key: str) -> float:
-    """Where a row key sorts: :data:`ROWS`' order; the few-step OpenVINO rows of further INT8
-    recipes (``lcm4_lora_<variant>``, ``lcm4_lora_<variant>_taesd``) right after the first
-    recipe's; any other key last."""
-    if key in ROWS:
-        return ROWS.index(key)
-    if key.startswith("lcm4_lora_"):
-        return ROWS.index("lcm4_lora_int8_taesd") + 0.5
-    return len(ROWS)
-
-
 def read_table(source: str | os.PathLike | dict) -> dict:
     """The rows of a ``bench_whole_image.py`` JSON (a path, or the loaded dict) ready to show.
 
@@ -393,7 +291,7 @@ def read_table(source: str | os.PathLike | dict) -> dict:
             f"(it has {sorted(source)})."
         )
     settings, machine = source["settings"], source["machine"]
-    keys = sorted(source["rows"], key=lambda k: (_row_order(k), k))
+    keys = sorted(source["rows"], key=lambda k: (row_order(k), k))
     base_row = source["rows"].get(BASELINE, {})
     baseline_s = (base_row.get("median") or {}).get("image_s") if base_row.get("ok") else None
     baseline_cpu_s = (base_row.get("median") or {}).get("cpu_s") if base_row.get("ok") else None
@@ -420,7 +318,7 @@ def read_table(source: str | os.PathLike | dict) -> dict:
             "composed": composed,
             "ok": ok,
             "error": None if ok else error,
-            "steps": settings.get("few_steps") if "lcm" in key else settings.get("steps"),
+            "steps": settings.get("few_steps") if is_few_step(key) else settings.get("steps"),
             "image_s": image_s,
             **{part: (median.get(part) if ok else None) for part in PARTS},
             "x_torch_fp32": None if image_s is None or baseline_s is None else baseline_s / image_s,
@@ -549,6 +447,7 @@ def markdown_table(table: dict, notes: bool = False) -> str:
     layer precisions, the load average around the row) as the benchmark's own table has them.
     A file that recorded CPU seconds gets two more columns: each row's CPU seconds and its ratio
     to PyTorch fp32 in CPU seconds."""
+    # 1. The columns and their alignment (the numbers right-aligned)
     steps = table["settings"].get("steps")
     cpu = table.get("has_cpu_s", False)
     columns = [
@@ -561,47 +460,54 @@ def markdown_table(table: dict, notes: bool = False) -> str:
         *(["CPU s", "x PyTorch fp32 (CPU s)"] if cpu else []),
         "precision (UNet)",
     ]
+    align = "l" + "r" * (7 if cpu else 5) + "l"
     if notes:
         columns += ["UNet batch", "notes"]
-    lines = [
-        "| " + " | ".join(columns) + " |",
-        "|---|" + "---:|" * (7 if cpu else 5) + "---|" + ("---:|---|" if notes else ""),
+        align += "rl"
+    # 2. One line per row, through the package's one table writer
+    rows = [_table_cells(row, cpu, notes, len(columns)) for row in table["rows"].values()]
+    return tables.markdown_table(columns, rows, align)
+
+
+def _table_cells(row: dict, cpu: bool, notes: bool, width: int) -> list[str]:
+    """The cells of one row of :func:`markdown_table` (``width`` of them)."""
+    title = row["title"].replace("|", "/")
+    if not row["ok"]:
+        error = " ".join(str(row["error"]).split()).replace("|", "/")[:80]
+        cells = [title, "failed"] + [""] * (width - 2 - (2 if notes else 0))
+        cells += ["", error] if notes else []
+        if not notes:
+            cells[0] = f"{title} (failed: {error})"
+        return cells
+    if row["decode_s"] is None and row["denoise_decode_s"] is not None:  # JAX: one program
+        denoise, decode = f"{_cell(row['denoise_decode_s'])} with the decode", "="
+    else:
+        denoise, decode = _cell(row["denoise_s"]), _cell(row["decode_s"])
+    cells = [
+        title,
+        _cell(row["image_s"]),
+        _cell(row["encode_s"]),
+        denoise,
+        decode,
+        _cell(row["x_torch_fp32"]),
+        *([_cell(row["cpu_s"]), _cell(row["x_torch_fp32_cpu"])] if cpu else []),
+        row["precision"] or "-",
     ]
-    for row in table["rows"].values():
-        title = row["title"].replace("|", "/")
-        if not row["ok"]:
-            error = " ".join(str(row["error"]).split()).replace("|", "/")[:80]
-            cells = [title, "failed"] + [""] * (len(columns) - 2 - (2 if notes else 0))
-            cells += ["", error] if notes else []
-            if not notes:
-                cells[0] = f"{title} (failed: {error})"
-            lines.append("| " + " | ".join(cells) + " |")
-            continue
-        if row["decode_s"] is None and row["denoise_decode_s"] is not None:  # JAX: one program
-            denoise, decode = f"{_cell(row['denoise_decode_s'])} with the decode", "="
-        else:
-            denoise, decode = _cell(row["denoise_s"]), _cell(row["decode_s"])
-        cells = [
-            title,
-            _cell(row["image_s"]),
-            _cell(row["encode_s"]),
-            denoise,
-            decode,
-            _cell(row["x_torch_fp32"]),
-            *([_cell(row["cpu_s"]), _cell(row["x_torch_fp32_cpu"])] if cpu else []),
-            row["precision"] or "-",
-        ]
-        if notes:
-            extra = []
-            if row["compile_s"] is not None:
-                extra.append(f"compile {row['compile_s']:.0f} s apart")
-            if row["unet_layers"]:
-                extra.append("UNet layers " + ", ".join(f"{k}: {v}" for k, v in row["unet_layers"].items()))
-            if row["load_avg"]:
-                extra.append(f"load {row['load_avg'][0]}-{row['load_avg'][1]}")
-            cells += [str(row["unet_batch"] if row["unet_batch"] is not None else "-"), "; ".join(extra)]
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+    if notes:
+        cells += [str(row["unet_batch"] if row["unet_batch"] is not None else "-"), _notes(row)]
+    return cells
+
+
+def _notes(row: dict) -> str:
+    """The notes cell: compile time kept apart, the UNet's layer precisions, the load average."""
+    extra = []
+    if row["compile_s"] is not None:
+        extra.append(f"compile {row['compile_s']:.0f} s apart")
+    if row["unet_layers"]:
+        extra.append("UNet layers " + ", ".join(f"{k}: {v}" for k, v in row["unet_layers"].items()))
+    if row["load_avg"]:
+        extra.append(f"load {row['load_avg'][0]}-{row['load_avg'][1]}")
+    return "; ".join(extra)
 
 
 def format_table(results: dict) -> str:

@@ -1,9 +1,67 @@
-"""Stable Diffusion on CPU with OpenVINO.
+"""Stable Diffusion on CPU with OpenVINO: the room's public API, module by module.
 
-- :mod:`sdaccel.cpu.export`: diffusers checkpoint -> OpenVINO IR folder (the layout GenAI loads).
-- :mod:`sdaccel.cpu.pipeline`: a readable Python text-to-image loop over the exported models.
-- :mod:`sdaccel.cpu.genai`: the same folder through OpenVINO GenAI's C++ ``Text2ImagePipeline``.
-- :mod:`sdaccel.cpu.quantize`: NNCF INT8 (weight-only, hybrid, full) with bounded calibration.
-- :mod:`sdaccel.cpu.quality`: PSNR/SSIM, per-step UNet error and grids against the f32 reference.
-- :mod:`sdaccel.cpu.deepcache`: the UNet's deep part once every N steps, its shallow part between.
+Importing ``sdaccel.cpu`` is cheap: it imports none of its modules (and so neither OpenVINO nor
+PyTorch). Import the module you need, e.g. ``from sdaccel.cpu.export import export_pipeline``;
+``__all__`` lists the module names.
+
+## Export
+- :mod:`export`: ``export_pipeline``, ``default_export_dir``, ``is_complete``, ``reshape_static``,
+  ``StaticShape``, ``text_to_image_components``, ``pipeline_class``, ``checkpoint_defaults``,
+  ``vae_scale_factor_of``, ``convert_unet``, ``convert_text_encoder``, ``convert_vae_decoder``,
+  ``convert_vae_encoder``, ``convert_tokenizer``, ``save_ir``, ``export_sizes``, ``MODEL_XML``,
+  ``MANIFEST``, ``PIPELINE_COMPONENTS``
+- :mod:`torch_modules`: ``TextEncoder``, ``UNet``, ``VAEDecoder``, ``VAEEncoder``, ``UNetPieces``,
+  ``DeepCacheFull``, ``DeepCacheShallow`` (imports torch: the exporters import it when they convert)
+- :mod:`lora_export`: ``check_lora``, ``fuse_into_torch``, ``save_genai_adapter``, ``lora_settings``
+
+## Pipelines
+- :mod:`pipeline`: ``OVPipeline``, ``run_diffusers``, ``diffusers_schedulers``
+- :mod:`genai`: ``GenAIPipeline``
+
+## Precision
+- :mod:`precision`: ``choose_precision``, ``PrecisionChoice``, ``offered_precisions``,
+  ``precision_name``, ``CANDIDATES``
+
+## INT8
+- :mod:`quantize`: ``quantize_ir``, ``quantize_in_parts``, ``quantize_variant``, ``quantize_full``,
+  ``quantize_hybrid``, ``compress_weights_int8``, ``collect_unet_inputs``, ``CalibrationSet``,
+  ``read_prompts``, ``time_unet``, ``ir_size_bytes``, ``SENSITIVE_LAYER_PATTERNS``
+- :mod:`ir_parts`: ``plan_parts``, ``PartPlan``, ``cut``, ``stitch``
+- :mod:`quantize_vae`: ``quantize_vae_decoder``, ``decoder_inputs``, ``decode``
+
+## Speed-ups
+- :mod:`deepcache`: ``DeepCache``, ``export_deepcache``, ``quantize_deepcache``, ``compile_parts``
+- :mod:`tome`: ``export_tome``, ``convert_tome_unet``, ``token_merging``, ``tome_folder``
+- :mod:`tiny_vae`: ``export_tiny_decoder``, ``with_tiny_decoder``, ``check_tiny_vae``
+- :mod:`levers`: ``time_arms``, ``Arm``, ``runtime_arms``, ``STATIC_ARMS``, ``GUIDANCE_ARMS``
+
+## Quality
+- :mod:`quality`: ``psnr``, ``ssim``, ``compare_images``, ``unet_relative_error``, ``clip_score``,
+  ``comparison_grid``
+
+## Measuring
+- :mod:`benchmark`: ``MODELS``, ``unet_inputs``, ``export_ir``, ``time_openvino``, ``time_torch``,
+  ``time_lever``, ``time_tome``, ``run_child``, ``summarize_run``, ``machine_info``,
+  ``add_speedups``, ``add_whole_image``, ``results_table`` (what ``benchmarks/bench_openvino.py``
+  runs)
+- :mod:`families`: ``reference``, ``family_of``, ``reference_table``, ``markdown``
 """
+
+__all__ = [
+    "benchmark",
+    "deepcache",
+    "export",
+    "families",
+    "genai",
+    "ir_parts",
+    "levers",
+    "lora_export",
+    "pipeline",
+    "precision",
+    "quality",
+    "quantize",
+    "quantize_vae",
+    "tiny_vae",
+    "tome",
+    "torch_modules",
+]

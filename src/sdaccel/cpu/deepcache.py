@@ -106,139 +106,12 @@ def cached_shape(unet_config, batch: int, height: int, width: int) -> tuple[int,
     return (batch, unet_config["block_out_channels"][1], height, width)
 
 
-# ----------------------------------------------------------------------------------------------
-# The UNet in four pieces (PyTorch)
-# ----------------------------------------------------------------------------------------------
-
-
-def _modules():
-    """The wrapper classes (defined lazily so that importing this module does not import torch)."""
-    import torch
-
-    def call_block(block, context, **kwargs):
-        """A down/mid/up block, given the text context only if it has cross-attention."""
-        if getattr(block, "has_cross_attention", False):
-            kwargs["encoder_hidden_states"] = context
-        return block(**kwargs)
-
-    class Pieces(torch.nn.Module):
-        """One diffusers ``UNet2DConditionModel`` cut at the input of its last up block.
-
-        ``embed`` -> ``head`` -> ``deep`` -> ``tail`` is the UNet's own forward (for SD 1.x/2.x
-        and SDXL: no ControlNet residuals, masks or class labels); DeepCache skips ``deep``.
-        """
-
-        def __init__(self, unet):
-            super().__init__()
-            cfg = unet.config
-            if cfg.class_embed_type is not None or cfg.center_input_sample:
-                raise CheckpointError("DeepCache export supports SD 1.x/2.x and SDXL UNets only.")
-            if cfg.addition_embed_type not in (None, "text_time"):
-                raise CheckpointError(
-                    f"UNet addition_embed_type={cfg.addition_embed_type!r} is not supported."
-                )
-            if len(unet.up_blocks) < 2:
-                raise CheckpointError("A one-level UNet has no deep part to cache.")
-            self.unet = unet
-
-        def embed(self, sample, timestep, encoder_hidden_states, text_embeds, time_ids):
-            """The timestep embedding (plus SDXL's pooled text and size embedding) and the context."""
-            u = self.unet
-            added = None if text_embeds is None else {"text_embeds": text_embeds, "time_ids": time_ids}
-            emb = u.time_embedding(u.get_time_embed(sample=sample, timestep=timestep))
-            aug = u.get_aug_embed(
-                emb=emb, encoder_hidden_states=encoder_hidden_states, added_cond_kwargs=added
-            )
-            emb = emb if aug is None else emb + aug
-            if u.time_embed_act is not None:
-                emb = u.time_embed_act(emb)
-            context = u.process_encoder_hidden_states(
-                encoder_hidden_states=encoder_hidden_states, added_cond_kwargs=added
-            )
-            return emb, context
-
-        def head(self, sample, emb, context) -> list:
-            """``conv_in`` and the first down block up to its downsampler: the full-resolution
-            features that the skip connections carry to the last up block (computed every step)."""
-            u = self.unet
-            hidden = u.conv_in(sample)
-            skips = [hidden]
-            first = u.down_blocks[0]
-            attentions = getattr(first, "attentions", None) or [None] * len(first.resnets)
-            for resnet, attention in zip(first.resnets, attentions, strict=True):
-                hidden = resnet(hidden, emb)
-                if attention is not None:
-                    hidden = attention(hidden, encoder_hidden_states=context, return_dict=False)[0]
-                skips.append(hidden)
-            return skips
-
-        def deep(self, skips: list, emb, context):
-            """Everything in between: the first down block's downsampler, the other down blocks, the
-            mid block and every up block but the last. Returns the feature DeepCache caches."""
-            u = self.unet
-            skips = list(skips)  # the head's own list stays for the tail
-            hidden = skips[-1]
-            if u.down_blocks[0].downsamplers is not None:
-                for downsampler in u.down_blocks[0].downsamplers:
-                    hidden = downsampler(hidden)
-                skips.append(hidden)
-            for block in u.down_blocks[1:]:
-                hidden, res = call_block(block, context, hidden_states=hidden, temb=emb)
-                skips.extend(res)
-            if u.mid_block is not None:
-                hidden = call_block(u.mid_block, context, hidden_states=hidden, temb=emb)
-            # as diffusers does: pass the skip's size to the upsamplers when the latent size is
-            # not a multiple of the total upsampling factor
-            odd = any(size % 2**u.num_upsamplers for size in skips[0].shape[-2:])
-            for block in u.up_blocks[:-1]:
-                n = len(block.resnets)
-                res, skips = skips[-n:], skips[:-n]
-                hidden = call_block(
-                    block,
-                    context,
-                    hidden_states=hidden,
-                    temb=emb,
-                    res_hidden_states_tuple=tuple(res),
-                    upsample_size=skips[-1].shape[2:] if odd else None,
-                )
-            return hidden
-
-        def tail(self, cached, skips: list, emb, context):
-            """The last up block on the (cached) deep feature and the head's skips, then the output."""
-            u = self.unet
-            hidden = call_block(
-                u.up_blocks[-1], context, hidden_states=cached, temb=emb, res_hidden_states_tuple=tuple(skips)
-            )
-            if u.conv_norm_out is not None:
-                hidden = u.conv_act(u.conv_norm_out(hidden))
-            return u.conv_out(hidden)
-
-    class Full(Pieces):
-        """The whole UNet -> (noise prediction, cached feature)."""
-
-        def forward(self, sample, timestep, encoder_hidden_states, text_embeds=None, time_ids=None):
-            emb, context = self.embed(sample, timestep, encoder_hidden_states, text_embeds, time_ids)
-            skips = self.head(sample, emb, context)
-            cached = self.deep(skips, emb, context)
-            return self.tail(cached, skips, emb, context), cached
-
-    class Shallow(Pieces):
-        """The UNet without its deep part, which a cached feature replaces -> noise prediction."""
-
-        def forward(
-            self, sample, timestep, encoder_hidden_states, text_embeds=None, time_ids=None, cached=None
-        ):
-            emb, context = self.embed(sample, timestep, encoder_hidden_states, text_embeds, time_ids)
-            return self.tail(cached, self.head(sample, emb, context), emb, context)
-
-    return Full, Shallow
-
-
 def convert_full(unet, example_size: int = 32, sequence_length: int = 77):
     """A diffusers ``UNet2DConditionModel`` -> ``ov.Model`` with outputs ``out_sample`` and ``cached``."""
-    Full, _ = _modules()
+    from sdaccel.cpu.torch_modules import DeepCacheFull
+
     example, dims = unet_example(unet.config, min(example_size, unet.config.sample_size), sequence_length)
-    ov_model = trace_to_ov(Full(unet), example)
+    ov_model = trace_to_ov(DeepCacheFull(unet), example)
     name_ports(ov_model, list(example), ["out_sample", "cached"])
     return fix_dims(ov_model, dims)
 
@@ -248,13 +121,14 @@ def convert_shallow(unet, example_size: int = 32, sequence_length: int = 77):
     ``cached``, output ``out_sample``."""
     import torch
 
-    _, Shallow = _modules()
+    from sdaccel.cpu.torch_modules import DeepCacheShallow
+
     size = min(example_size, unet.config.sample_size)
     example, dims = unet_example(unet.config, size, sequence_length)
     shape = cached_shape(unet.config, 2, size, size)
     example["cached"] = torch.randn(shape)
     dims["cached"] = {1: shape[1]}
-    ov_model = trace_to_ov(Shallow(unet), example)
+    ov_model = trace_to_ov(DeepCacheShallow(unet), example)
     name_ports(ov_model, list(example), ["out_sample"])
     return fix_dims(ov_model, dims)
 

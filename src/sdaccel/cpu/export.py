@@ -59,7 +59,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from sdaccel.core.checkpoint import CheckpointError, read_config, read_json, resolve_checkpoint
+from sdaccel.core.checkpoint import CheckpointError, read_config, read_defaults, read_json, resolve_checkpoint
 from sdaccel.core.contract import Defaults, size_multiple, vae_scale_factor
 from sdaccel.core.staging import link_tree, replace_json, staged_folder
 from sdaccel.cpu.lora_export import check_lora, fuse_into_torch, lora_settings
@@ -133,78 +133,6 @@ def pipeline_class(folder: str | os.PathLike) -> str:
     return name
 
 
-# ----------------------------------------------------------------------------------------------
-# Wrappers: PyTorch modules with plain tensor inputs and a flat tuple of outputs
-# ----------------------------------------------------------------------------------------------
-
-
-def _wrappers():
-    """The wrapper classes (defined lazily so that importing this module does not import torch)."""
-    import torch
-
-    class TextEncoder(torch.nn.Module):
-        """CLIP text encoder -> (first outputs..., hidden_states.0, ..., hidden_states.N)."""
-
-        def __init__(self, model, with_projection: bool):
-            super().__init__()
-            self.model = model
-            self.with_projection = with_projection
-
-        def forward(self, input_ids):
-            out = self.model(input_ids=input_ids, output_hidden_states=True, return_dict=True)
-            first = (
-                (out.text_embeds, out.last_hidden_state)
-                if self.with_projection
-                else (out.last_hidden_state, out.pooler_output)
-            )
-            return (*first, *out.hidden_states)
-
-    class UNet(torch.nn.Module):
-        """UNet2DConditionModel -> noise prediction; SDXL's added conditioning as two inputs."""
-
-        def __init__(self, unet):
-            super().__init__()
-            self.unet = unet
-
-        def forward(
-            self, sample, timestep, encoder_hidden_states, text_embeds=None, time_ids=None, timestep_cond=None
-        ):
-            added = None if text_embeds is None else {"text_embeds": text_embeds, "time_ids": time_ids}
-            return self.unet(
-                sample,
-                timestep,
-                encoder_hidden_states,
-                timestep_cond=timestep_cond,
-                added_cond_kwargs=added,
-                return_dict=False,
-            )[0]
-
-    class VAEDecoder(torch.nn.Module):
-        """Latents (already divided by the scaling factor) -> image in [-1, 1]."""
-
-        def __init__(self, vae):
-            super().__init__()
-            self.vae = vae
-
-        def forward(self, latent_sample):
-            return self.vae.decode(latent_sample, return_dict=False)[0]
-
-    class VAEEncoder(torch.nn.Module):
-        """Image in [-1, 1] -> the Gaussian's parameters (mean and log-variance, concatenated)."""
-
-        def __init__(self, vae):
-            super().__init__()
-            self.vae = vae
-
-        def forward(self, sample):
-            moments = self.vae.encoder(sample)
-            if self.vae.quant_conv is not None:
-                moments = self.vae.quant_conv(moments)
-            return moments
-
-    return TextEncoder, UNet, VAEDecoder, VAEEncoder
-
-
 def trace_to_ov(module, example: dict):
     """Trace ``module`` on ``example`` (a dict: input name -> tensor) and convert it to ``ov.Model``.
 
@@ -261,7 +189,8 @@ def convert_text_encoder(model, max_length: int = 77):
     """A transformers ``CLIPTextModel`` / ``CLIPTextModelWithProjection`` -> ``ov.Model``."""
     import torch
 
-    TextEncoder, *_ = _wrappers()
+    from sdaccel.cpu.torch_modules import TextEncoder
+
     with_projection = hasattr(model, "text_projection")
     layers = model.config.num_hidden_layers
     # any ids trace the same graph (pooling finds the EOS by argmax or by id, decided by the config)
@@ -309,7 +238,8 @@ def convert_unet(unet, example_size: int = 32, sequence_length: int = 77):
 
     The trace runs once on a ``example_size``-sized latent; sizes are dynamic in the result.
     """
-    _, UNet, *_ = _wrappers()
+    from sdaccel.cpu.torch_modules import UNet
+
     example, dims = unet_example(unet.config, min(example_size, unet.config.sample_size), sequence_length)
     ov_model = trace_to_ov(UNet(unet), example)
     name_ports(ov_model, list(example), ["out_sample"])
@@ -319,7 +249,8 @@ def convert_unet(unet, example_size: int = 32, sequence_length: int = 77):
 def convert_vae_decoder(vae, example_size: int = 16):
     import torch
 
-    *_, VAEDecoder, _ = _wrappers()
+    from sdaccel.cpu.torch_modules import VAEDecoder
+
     channels = vae.config.latent_channels
     ov_model = trace_to_ov(
         VAEDecoder(vae), {"latent_sample": torch.randn(1, channels, example_size, example_size)}
@@ -331,7 +262,8 @@ def convert_vae_decoder(vae, example_size: int = 16):
 def convert_vae_encoder(vae, example_size: int = 128):
     import torch
 
-    *_, VAEEncoder = _wrappers()
+    from sdaccel.cpu.torch_modules import VAEEncoder
+
     channels = vae.config.in_channels
     ov_model = trace_to_ov(VAEEncoder(vae), {"sample": torch.randn(1, channels, example_size, example_size)})
     name_ports(ov_model, ["sample"], ["latent_parameters"])
@@ -447,23 +379,8 @@ def vae_scale_factor_of(folder: Path, component: str = "vae_decoder") -> int:
     return vae_scale_factor(config.get("block_out_channels") or config["decoder_block_out_channels"])
 
 
-def read_defaults(folder: str | os.PathLike, vae_component: str = "vae_decoder") -> Defaults:
-    """The call defaults and input limits (:class:`sdaccel.core.contract.Defaults`) of an export folder,
-    or of a diffusers checkpoint folder with ``vae_component="vae"``: from ``model_index.json``,
-    the UNet's and VAE's configs and the scheduler's."""
-    folder = Path(folder)
-    unet = read_config(folder, "unet")
-    return Defaults.from_checkpoint(
-        read_json(folder / "model_index.json"),
-        unet.get("sample_size"),
-        len(unet["block_out_channels"]),
-        vae_scale_factor_of(folder, vae_component),
-        read_config(folder, "scheduler").get("num_train_timesteps", 1000),
-    )
-
-
 def checkpoint_defaults(src: str | os.PathLike) -> Defaults:
-    """:func:`read_defaults` of a diffusers checkpoint folder."""
+    """:func:`sdaccel.core.checkpoint.read_defaults` of a diffusers checkpoint folder."""
     return read_defaults(src, "vae")
 
 
@@ -596,19 +513,14 @@ def export_pipeline(
     so the peak memory is about that of the largest component (the UNet) plus its IR.
     """
     import openvino as ov
-    from tqdm.auto import tqdm
 
+    # 1. Check the inputs (before anything is read or written)
     if weight_dtype not in ("fp32", "fp16"):
         raise ValueError(f"weight_dtype must be 'fp32' or 'fp16', got {weight_dtype!r}.")
     src = resolve_checkpoint(src)
     kind = pipeline_class(src)
     everything = PIPELINE_COMPONENTS[kind]
-    names = tuple(everything if components is None else components)
-    unknown = sorted(set(names) - set(everything))
-    if unknown:
-        raise ValueError(f"Unknown components {unknown} for a {kind}; choose from {list(everything)}.")
-    if not names:
-        raise ValueError(f"components is empty: name at least one of {list(everything)}.")
+    names = check_components(kind, components)
     dst = Path(dst)
     static = StaticShape.coerce(static)
     if static is not None:
@@ -619,43 +531,25 @@ def export_pipeline(
         "static": asdict(static) if static else None,
         "lora": lora_settings(adapters),
     }
+
+    # 2. What dst holds: nothing, a finished export to keep or add to, or something to refuse
     old = {} if force else _reusable_manifest(dst, src)
-    if old:
-        recorded = {k: old.get(k) for k in settings}
-        if recorded["lora"] != settings["lora"]:  # other weights: never reused in place of these
-            raise ValueError(
-                f"{dst} holds an export with the LoRA adapters {recorded['lora']}, not {settings['lora']}: "
-                "its weights differ. Export into another folder, or pass force=True to replace it."
-            )
-        if is_complete(dst, names):
-            note = f" It was exported with {recorded}, not {settings}." if recorded != settings else ""
-            message = f"{dst} already holds a complete OpenVINO export of {list(names)}; nothing to do.{note}"
-            print(message + " Pass force=True to export again.")
-            log.info(message)
-            return dst
-        if recorded != settings:
-            raise ValueError(
-                f"{dst} holds an export of {src} made with {recorded}; adding components with {settings} "
-                "would mix the two. Use the same settings, another folder, or force=True to replace it."
-            )
+    if old and _already_exported(dst, src, names, old, settings):
+        return dst
     todo = [n for n in names if not (old and _component_complete(dst, n))]
+
+    # 3. The new folder, written beside dst and renamed into place when complete
     vae_config = read_config(src, "vae")
     max_length = read_config(src, "text_encoder").get("max_position_embeddings", 77)
-    timings = {}
     with staged_folder(dst) as stage:
         if old:  # keep what is there (hard links: no copy of the weights, the originals untouched)
             link_tree(dst, stage, skip={*todo, "model_index.json", "scheduler", MANIFEST})
-        shutil.copy2(src / "model_index.json", stage / "model_index.json")
-        (stage / "scheduler").mkdir()
-        shutil.copy2(
-            src / "scheduler" / "scheduler_config.json", stage / "scheduler" / "scheduler_config.json"
+        _copy_index_and_scheduler(src, stage)
+        timings = _export_components(
+            src, stage, todo, static, weight_dtype, vae_config, max_length, adapters, progress
         )
-        bar = tqdm(todo, desc="export", unit="component", disable=not progress)
-        for name in bar:
-            bar.set_postfix_str(name)
-            start = time.perf_counter()
-            _export_component(src, stage / name, name, static, weight_dtype, vae_config, max_length, adapters)
-            timings[name] = time.perf_counter() - start
+
+        # 4. The manifest: what was exported, how, and the sizes
         exported = set(old.get("components", [])) | set(names)
         replace_json(
             stage / MANIFEST,
@@ -671,6 +565,72 @@ def export_pipeline(
             },
         )
     return dst
+
+
+def check_components(kind: str, components: Iterable[str] | None) -> tuple[str, ...]:
+    """The components to export of a ``kind`` pipeline (default: all of them), checked."""
+    everything = PIPELINE_COMPONENTS[kind]
+    names = tuple(everything if components is None else components)
+    unknown = sorted(set(names) - set(everything))
+    if unknown:
+        raise ValueError(f"Unknown components {unknown} for a {kind}; choose from {list(everything)}.")
+    if not names:
+        raise ValueError(f"components is empty: name at least one of {list(everything)}.")
+    return names
+
+
+def _already_exported(dst: Path, src: Path, names: tuple[str, ...], old: dict, settings: dict) -> bool:
+    """Whether the finished export in ``dst`` (its manifest ``old``) already holds ``names``
+    (said so, nothing to do); refuse one whose settings would mix with these."""
+    recorded = {k: old.get(k) for k in settings}
+    if recorded["lora"] != settings["lora"]:  # other weights: never reused in place of these
+        raise ValueError(
+            f"{dst} holds an export with the LoRA adapters {recorded['lora']}, not {settings['lora']}: "
+            "its weights differ. Export into another folder, or pass force=True to replace it."
+        )
+    if is_complete(dst, names):
+        note = f" It was exported with {recorded}, not {settings}." if recorded != settings else ""
+        message = f"{dst} already holds a complete OpenVINO export of {list(names)}; nothing to do.{note}"
+        print(message + " Pass force=True to export again.")
+        log.info(message)
+        return True
+    if recorded != settings:
+        raise ValueError(
+            f"{dst} holds an export of {src} made with {recorded}; adding components with {settings} "
+            "would mix the two. Use the same settings, another folder, or force=True to replace it."
+        )
+    return False
+
+
+def _copy_index_and_scheduler(src: Path, stage: Path) -> None:
+    """``model_index.json`` and the scheduler's config, copied as they are."""
+    shutil.copy2(src / "model_index.json", stage / "model_index.json")
+    (stage / "scheduler").mkdir()
+    shutil.copy2(src / "scheduler" / "scheduler_config.json", stage / "scheduler" / "scheduler_config.json")
+
+
+def _export_components(
+    src: Path,
+    stage: Path,
+    todo: Sequence[str],
+    static,
+    weight_dtype: str,
+    vae_config: dict,
+    max_length: int,
+    adapters: Sequence,
+    progress: bool,
+) -> dict[str, float]:
+    """Convert each of ``todo`` into ``stage`` (:func:`_export_component`); seconds of each."""
+    from tqdm.auto import tqdm
+
+    timings = {}
+    bar = tqdm(todo, desc="export", unit="component", disable=not progress)
+    for name in bar:
+        bar.set_postfix_str(name)
+        start = time.perf_counter()
+        _export_component(src, stage / name, name, static, weight_dtype, vae_config, max_length, adapters)
+        timings[name] = time.perf_counter() - start
+    return timings
 
 
 def _export_component(

@@ -27,7 +27,9 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
-DATA = Path(__file__).resolve().parents[2] / "data" / "cpu_families.json"
+from sdaccel.core.tables import markdown_table
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "cpu_families.json"
 #: The variants every table is read for, in this order (absent ones print as "-").
 VARIANTS = (
     "torch_fp32",
@@ -139,8 +141,5 @@ def reference_table(
 
 def markdown(columns: list[str], rows: list[list], digits: int = 2) -> str:
     """The table as markdown, ratios with ``digits`` decimals and an ``x``; ``-`` where missing."""
-    lines = ["| " + " | ".join(columns) + " |", "|---" + "|---:" * (len(columns) - 1) + "|"]
-    for name, *values in rows:
-        cells = ["-" if v is None else f"{v:.{digits}f}x" for v in values]
-        lines.append("| " + " | ".join([name, *cells]) + " |")
-    return "\n".join(lines)
+    cells = [[name, *("-" if v is None else f"{v:.{digits}f}x" for v in values)] for name, *values in rows]
+    return markdown_table(columns, cells, align="l" + "r" * (len(columns) - 1))

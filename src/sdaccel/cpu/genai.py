@@ -27,9 +27,9 @@ from pathlib import Path
 
 import numpy as np
 
-from sdaccel.core.checkpoint import CheckpointError, resolve_tiny_vae
+from sdaccel.core.checkpoint import CheckpointError, read_defaults, resolve_tiny_vae
 from sdaccel.core.contract import GenerationResult, check_inputs, make_timings, scheduler_class_name
-from sdaccel.cpu.export import StaticShape, read_defaults
+from sdaccel.cpu.export import StaticShape
 from sdaccel.cpu.precision import CANDIDATES, choose_precision
 from sdaccel.cpu.tiny_vae import with_tiny_decoder
 
@@ -86,7 +86,7 @@ class GenAIPipeline:
             raise ValueError(f"precision must be 'auto', one of {CANDIDATES} or None, got {precision!r}.")
         if not (self.folder / "model_index.json").is_file():
             raise CheckpointError(f"No OpenVINO export at {self.folder} (missing model_index.json).")
-        self.defaults = read_defaults(self.folder)
+        self.defaults = read_defaults(self.folder, "vae_decoder")
         properties = dict(ov_config or {})
         self.static = StaticShape.coerce(static)
         if self.static is not None and self.static.batch != 1:

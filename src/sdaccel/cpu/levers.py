@@ -31,6 +31,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from sdaccel.core.timing import time_calls
+
 #: Compile properties read back from each compiled arm: what the plugin really did.
 REPORTED = ("PERFORMANCE_HINT", "NUM_STREAMS", "INFERENCE_NUM_THREADS", "ENABLE_CPU_PINNING")
 
@@ -169,10 +171,12 @@ def time_arms(
     for _ in range(rounds):
         for name, arm in arms.items():
             compiled, request = ready(name)
-            tick, cpu = time.perf_counter(), time.process_time()
-            out = _run_unit(request, calls[name])
-            rows[name]["times"].append(time.perf_counter() - tick)
-            rows[name]["cpu_times"].append(time.process_time() - cpu)
+            timed = time_calls(
+                _run_unit, request, calls[name], repeats=1, warmup=lambda: None, keep_results=True
+            )
+            out = timed.results[0]
+            rows[name]["times"] += timed.runs_s
+            rows[name]["cpu_times"] += timed.cpu_s
             outputs.setdefault(name, out)
             if arm.parallel and "s_per_call_parallel" not in rows[name]:
                 rows[name]["parallel"] = arm.parallel

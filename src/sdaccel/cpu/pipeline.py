@@ -47,7 +47,7 @@ from pathlib import Path
 
 import numpy as np
 
-from sdaccel.core.checkpoint import CheckpointError, read_config, read_json, resolve_tiny_vae
+from sdaccel.core.checkpoint import CheckpointError, read_config, read_defaults, read_json, resolve_tiny_vae
 from sdaccel.core.contract import (
     GenerationResult,
     check_inputs,
@@ -61,7 +61,6 @@ from sdaccel.cpu.export import (
     MODEL_XML,
     PIPELINE_COMPONENTS,
     StaticShape,
-    read_defaults,
     reshape_static,
     vae_scale_factor_of,
 )
@@ -142,7 +141,7 @@ class OVPipeline:
         if self.guidance_embedded and self.static is not None and self.static.guidance:
             # such a UNet never sees a negative batch: its one static shape is the unguided one
             self.static = dataclasses.replace(self.static, guidance=False)
-        self.defaults = read_defaults(folder)
+        self.defaults = read_defaults(folder, "vae_decoder")
         if self.static is not None:  # a static pipeline takes one size: make it the default
             self.defaults = dataclasses.replace(
                 self.defaults, height=self.static.height, width=self.static.width

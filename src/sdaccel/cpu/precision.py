@@ -43,10 +43,10 @@ from pathlib import Path
 
 import numpy as np
 
-from sdaccel.core.checkpoint import CheckpointError, read_config, read_json
+from sdaccel.core.checkpoint import CheckpointError, read_config, read_defaults, read_json
 from sdaccel.core.env import cpu_features, cpu_model
 from sdaccel.core.staging import replace_json
-from sdaccel.cpu.export import MODEL_XML, StaticShape, read_defaults, reshape_static, vae_scale_factor_of
+from sdaccel.cpu.export import MODEL_XML, StaticShape, reshape_static, vae_scale_factor_of
 
 log = logging.getLogger(__name__)
 
@@ -432,29 +432,23 @@ def choose_precision(
     """
     import openvino as ov
 
+    # 1. Check the inputs
     folder = Path(folder)
-    if not (folder / "model_index.json").is_file():
-        raise CheckpointError(
-            f"No OpenVINO export at {folder} (missing model_index.json). Export a diffusers "
-            "checkpoint first with sdaccel.cpu.export.export_pipeline(src, folder)."
-        )
-    if iters < 1 or warmup < 0:
-        raise ValueError(f"iters must be >= 1 and warmup >= 0, got iters={iters}, warmup={warmup}.")
+    components = check_choice_request(folder, components, iters, warmup)
     core = core or ov.Core()
     ov_config = dict(ov_config or {})
-    components = tuple(components or pipeline_components(folder))
-    missing = [c for c in components if not (folder / c / MODEL_XML).is_file()]
-    if missing:
-        raise CheckpointError(f"{folder} has no {MODEL_XML} for {missing}: export them first.")
     offered = offered_precisions(core, device)
     candidates = check_candidates(candidates if candidates is not None else offered)
-    defaults = read_defaults(folder)
+
+    # 2. The shape to time, and the cached choice when its key matches
+    defaults = read_defaults(folder, "vae_decoder")
     shape = StaticShape(batch, height or defaults.height, width or defaults.width, guidance)
     key = choice_key(folder, shape, static, device, ov_config, candidates, offered, components)
     path = folder / CHOICE_FILE
     if cache and (previous := cached_choice(path, key)) is not None:
         return previous
 
+    # 3. Time each component in each candidate precision
     start = time.perf_counter()
     factor = vae_scale_factor_of(folder)
     max_length = read_config(folder, "text_encoder").get("max_position_embeddings", 77)
@@ -464,16 +458,20 @@ def choose_precision(
             chosen[component] = ComponentChoice({}, {}, candidates[0])
             continue
         model = core.read_model(folder / component / MODEL_XML)
-        inputs = component_inputs(model, shape, factor, max_length)
-        if static:
-            model = reshape_static(model, **asdict(shape), vae_scale_factor=factor, max_length=max_length)
-
-        def compile_model(precision, model=model):
-            return core.compile_model(model, device, ov_config | {"INFERENCE_PRECISION_HINT": precision})
-
-        shapes = {name: list(np.shape(value)) for name, value in inputs.items()}
-        measurements = {p: measure(compile_model, inputs, p, iters, warmup, timer) for p in candidates}
-        chosen[component] = ComponentChoice(shapes, measurements, decide(measurements))
+        chosen[component] = choose_component(
+            model,
+            core,
+            shape,
+            static,
+            factor,
+            max_length,
+            device,
+            ov_config,
+            candidates,
+            iters,
+            warmup,
+            timer,
+        )
         del model
     choice = PrecisionChoice(
         key=key,
@@ -482,9 +480,56 @@ def choose_precision(
         components=chosen,
         choosing_s=time.perf_counter() - start,
     )
+
+    # 4. Cache the choice beside the export
     if cache:
         try:
             store_choice(path, choice)
         except OSError as error:  # a read-only export still gets its choice, only not cached
             log.warning("could not cache the precision choice in %s (%s)", path, error)
     return choice
+
+
+def check_choice_request(folder: Path, components, iters: int, warmup: int) -> tuple[str, ...]:
+    """The components :func:`choose_precision` times (default :func:`pipeline_components`),
+    after checking that ``folder`` is an export holding them and the counts of calls."""
+    if not (folder / "model_index.json").is_file():
+        raise CheckpointError(
+            f"No OpenVINO export at {folder} (missing model_index.json). Export a diffusers "
+            "checkpoint first with sdaccel.cpu.export.export_pipeline(src, folder)."
+        )
+    if iters < 1 or warmup < 0:
+        raise ValueError(f"iters must be >= 1 and warmup >= 0, got iters={iters}, warmup={warmup}.")
+    components = tuple(components or pipeline_components(folder))
+    missing = [c for c in components if not (folder / c / MODEL_XML).is_file()]
+    if missing:
+        raise CheckpointError(f"{folder} has no {MODEL_XML} for {missing}: export them first.")
+    return components
+
+
+def choose_component(
+    model,
+    core,
+    shape: StaticShape,
+    static: bool,
+    factor: int,
+    max_length: int,
+    device: str,
+    ov_config: dict,
+    candidates: tuple[str, ...],
+    iters: int,
+    warmup: int,
+    timer: Callable[[], float],
+) -> ComponentChoice:
+    """Time one component's ``model`` compiled in each of ``candidates`` on inputs of ``shape``
+    (reshaped to it first when ``static``); the fastest wins (:func:`decide`)."""
+    inputs = component_inputs(model, shape, factor, max_length)
+    if static:
+        model = reshape_static(model, **asdict(shape), vae_scale_factor=factor, max_length=max_length)
+
+    def compile_model(precision):
+        return core.compile_model(model, device, ov_config | {"INFERENCE_PRECISION_HINT": precision})
+
+    shapes = {name: list(np.shape(value)) for name, value in inputs.items()}
+    measurements = {p: measure(compile_model, inputs, p, iters, warmup, timer) for p in candidates}
+    return ComponentChoice(shapes, measurements, decide(measurements))

@@ -72,6 +72,7 @@ from pathlib import Path
 import numpy as np
 
 from sdaccel.core.staging import check_writable, staged_folder
+from sdaccel.core.timing import time_calls
 
 #: The three INT8 recipes, by the names used in results, benchmarks and folders.
 VARIANTS = ("int8_weights", "hybrid", "full_int8")
@@ -802,109 +803,146 @@ def quantize_in_parts(
     import shutil
     import tempfile
 
-    from sdaccel.core.processes import run_with_memory_limit
+    # 1. Check the inputs (the calibration inputs are read from disk, part after part)
+    data = check_parts_request(src_xml, variant, calibration, parts)
 
+    # 2. The working folder, beside the result (the f32 parts and their calibration inputs)
+    dst = Path(dst_xml)
+    check_writable(dst.parent)
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix=f".{dst.stem}-parts-", dir=dst.parent))
+    run = StageRunner(f"Quantizing {src_xml} in {parts} parts", isolate, memory_limit_gb)
+    start = time.perf_counter()
+
+    # 3. One part: the whole UNet in one watched child
+    if parts == 1:
+        work.rmdir()
+        calib = None if data is None else str(data.folder)
+        result = run(
+            "whole", quantize_ir, str(src_xml), str(dst), variant, calib, subset_size, log_level, **knobs
+        )
+        return {**result, "seconds": time.perf_counter() - start, **run.report()}
+
+    # 4. Cut, quantize part after part, stitch (the working files go at the end, also on failure)
+    try:
+        plan = run("cut", cut_ir, str(src_xml), str(work), parts)
+        state = None if data is None else str(data.folder)
+        quantize_parts_in_turn(run, plan, work, variant, state, subset_size, log_level, knobs)
+        counts = run("stitch", stitch_ir, str(work), plan["parts"], plan["model_inputs"], str(dst))
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+    # 5. The result: quantize_ir's, plus the plan and each stage's peaks
+    return {
+        "variant": variant,
+        "parts": plan["parts"],
+        "seconds": time.perf_counter() - start,
+        "size_bytes": ir_size_bytes(dst),
+        **counts,
+        "plan": plan,
+        **run.report(),
+    }
+
+
+def check_parts_request(src_xml, variant: str, calibration, parts) -> CalibrationSet | None:
+    """The calibration set of :func:`quantize_in_parts` (``None`` for weight-only INT8, which needs
+    none), after checking the IR, ``parts`` and that the calibration inputs are on disk."""
     data = check_calibration(calibration, variant)
     if not Path(src_xml).is_file():
         raise FileNotFoundError(f"No IR at {src_xml}: export the UNet first (sdaccel.cpu.export).")
     if not isinstance(parts, int) or parts < 1:
         raise ValueError(f"parts must be a whole number >= 1, got {parts!r}.")
     if variant == "int8_weights":
-        data = None  # no calibration: every part is compressed on its own
-    elif not isinstance(data, CalibrationSet):
+        return None  # no calibration: every part is compressed on its own
+    if not isinstance(data, CalibrationSet):
         raise TypeError(
             "Quantizing in parts reads the calibration inputs from disk: pass the folder that "
             "collect_unet_inputs(..., out_dir=...) wrote, not samples in memory."
         )
-    dst = Path(dst_xml)
-    check_writable(dst.parent)
-    dst.parent.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix=f".{dst.stem}-parts-", dir=dst.parent))
-    stages: list[dict] = []
+    return data
 
-    def child(stage: str, fn, *args, **kwargs):
-        if not isolate:
+
+class StageRunner:
+    """Runs the stages of :func:`quantize_in_parts` and records them: each in a child process
+    (:func:`sdaccel.core.processes.run_with_memory_limit`, stopped above ``memory_limit_gb`` of
+    anonymous RSS) with its peak RSS, or here (``isolate=False``, peaks not measured)."""
+
+    def __init__(self, what: str, isolate: bool = True, memory_limit_gb: float | None = None):
+        self.what = what
+        self.isolate = isolate
+        self.memory_limit_gb = memory_limit_gb
+        self.stages: list[dict] = []
+
+    def __call__(self, stage: str, fn, *args, **kwargs):
+        """``fn(*args, **kwargs)`` as the stage ``stage``; its result."""
+        from sdaccel.core.processes import run_with_memory_limit
+
+        if not self.isolate:
             tick = time.perf_counter()
             result = fn(*args, **kwargs)
-            stages.append(
-                {
-                    "stage": stage,
-                    "peak_rss_bytes": 0,
-                    "peak_anon_bytes": 0,
-                    "seconds": time.perf_counter() - tick,
-                }
-            )
+            self._record(stage, 0, 0, time.perf_counter() - tick)
             return result
-        run = run_with_memory_limit(fn, *args, limit_gb=memory_limit_gb, **kwargs)
-        stages.append(
-            {
-                "stage": stage,
-                "peak_rss_bytes": run.peak_rss_bytes,
-                "peak_anon_bytes": run.peak_anon_bytes,
-                "seconds": run.seconds,
-            }
-        )
+        run = run_with_memory_limit(fn, *args, limit_gb=self.memory_limit_gb, **kwargs)
+        self._record(stage, run.peak_rss_bytes, run.peak_anon_bytes, run.seconds)
         if not run.ok:
             raise RuntimeError(
-                f"Quantizing {src_xml} in {parts} parts failed at {stage}: {run.error}. "
+                f"{self.what} failed at {stage}: {run.error}. "
                 + ("Use more parts (or raise memory_limit_gb)." if "limit" in str(run.error) else "")
             )
         return run.result
 
-    start = time.perf_counter()
-    if parts == 1:  # in one piece, in one watched child
-        work.rmdir()
-        calib = None if data is None else str(data.folder)
-        result = child(
-            "whole", quantize_ir, str(src_xml), str(dst), variant, calib, subset_size, log_level, **knobs
+    def _record(self, stage: str, peak_rss: int, peak_anon: int, seconds: float) -> None:
+        self.stages.append(
+            {"stage": stage, "peak_rss_bytes": peak_rss, "peak_anon_bytes": peak_anon, "seconds": seconds}
         )
+
+    def report(self) -> dict:
+        """The stages, and the largest peaks among them."""
         return {
-            **result,
-            "seconds": time.perf_counter() - start,
-            "stages": stages,
-            "peak_rss_bytes": stages[0]["peak_rss_bytes"],
-            "peak_anon_bytes": stages[0]["peak_anon_bytes"],
+            "stages": self.stages,
+            "peak_rss_bytes": max(s["peak_rss_bytes"] for s in self.stages),
+            "peak_anon_bytes": max(s["peak_anon_bytes"] for s in self.stages),
         }
-    try:
-        plan = child("cut", cut_ir, str(src_xml), str(work), parts)
-        n = plan["parts"]
-        state = None if data is None else str(data.folder)
-        for k in range(n):
-            later = {name for inputs in plan["inputs"][k + 1 :] for name in inputs}
-            next_state = str(work / f"state_{k + 1}") if state is not None and k + 1 < n else None
-            child(
-                f"part {k}",
-                quantize_part,
-                str(work / f"part_{k}.xml"),
-                str(work / f"quant_{k}.xml"),
-                variant,
-                state,
-                plan["inputs"][k],
-                subset_size,
-                next_state,
-                sorted(later),
-                log_level,
-                knobs,
-            )
-            if state is not None and k > 0:
-                shutil.rmtree(state)  # part k's inputs are no longer needed
-            (work / f"part_{k}.xml").unlink()
-            (work / f"part_{k}.bin").unlink()
-            state = next_state
-        counts = child("stitch", stitch_ir, str(work), n, plan["model_inputs"], str(dst))
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
-    return {
-        "variant": variant,
-        "parts": n,
-        "seconds": time.perf_counter() - start,
-        "size_bytes": ir_size_bytes(dst),
-        **counts,
-        "plan": plan,
-        "stages": stages,
-        "peak_rss_bytes": max(s["peak_rss_bytes"] for s in stages),
-        "peak_anon_bytes": max(s["peak_anon_bytes"] for s in stages),
-    }
+
+
+def quantize_parts_in_turn(
+    run: StageRunner,
+    plan: dict,
+    work: Path,
+    variant: str,
+    state: str | None,
+    subset_size: int,
+    log_level: int,
+    knobs: dict,
+) -> None:
+    """Quantize the parts that :func:`sdaccel.cpu.ir_parts` cut into ``work``, one stage each:
+    part ``k`` on its inputs in ``state`` (the calibration inputs for part 0), writing the inputs
+    of the parts after it; each part's f32 IR and inputs are deleted once it is done."""
+    import shutil
+
+    n = plan["parts"]
+    for k in range(n):
+        later = {name for inputs in plan["inputs"][k + 1 :] for name in inputs}
+        next_state = str(work / f"state_{k + 1}") if state is not None and k + 1 < n else None
+        run(
+            f"part {k}",
+            quantize_part,
+            str(work / f"part_{k}.xml"),
+            str(work / f"quant_{k}.xml"),
+            variant,
+            state,
+            plan["inputs"][k],
+            subset_size,
+            next_state,
+            sorted(later),
+            log_level,
+            knobs,
+        )
+        if state is not None and k > 0:
+            shutil.rmtree(state)  # part k's inputs are no longer needed
+        (work / f"part_{k}.xml").unlink()
+        (work / f"part_{k}.bin").unlink()
+        state = next_state
 
 
 def time_unet(
@@ -943,14 +981,10 @@ def time_unet(
     compiled = core.compile_model(model, "CPU", config)
     compile_s = time.perf_counter() - tick
     request = compiled.create_infer_request()
-    for _ in range(warmup):
-        request.infer(inputs)
-    times, cpu_times = [], []
-    for _ in range(iters):
-        tick, cpu = time.perf_counter(), time.process_time()
-        request.infer(inputs)
-        times.append(time.perf_counter() - tick)
-        cpu_times.append(time.process_time() - cpu)
+    timing = time_calls(
+        request.infer, inputs, repeats=iters, warmup=lambda: [request.infer(inputs) for _ in range(warmup)]
+    )
+    times, cpu_times = timing.runs_s, timing.cpu_s
     return {
         "median_s": float(np.median(times)),
         "times": times,

@@ -203,14 +203,13 @@ def convert_tome_unet(unet, ratio: float, latent_height: int, latent_width: int,
     """
     import torch
 
-    from sdaccel.cpu.export import _wrappers
+    from sdaccel.cpu.torch_modules import UNet
 
     ratio = check_ratio(ratio)
     if latent_height < STRIDE or latent_width < STRIDE:
         raise ValueError(
             f"the latent size must be at least {STRIDE}x{STRIDE}, got {latent_height}x{latent_width}."
         )
-    _, UNet, *_ = _wrappers()
     example, dims = unet_example(unet.config, min(latent_height, latent_width), sequence_length)
     example["sample"] = torch.randn(2, unet.config.in_channels, latent_height, latent_width)
     dims["sample"] = {1: unet.config.in_channels, 2: latent_height, 3: latent_width}

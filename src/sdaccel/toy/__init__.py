@@ -1,0 +1,75 @@
+"""The toy world: a data set of coloured shapes, tiny checkpoints (random and trained on it), the
+LCM-LoRA distilled from one, and the prompt-adherence numbers that say whether an optimised
+pipeline still draws what it is asked.
+
+Importing the package imports none of its modules: several of them run PyTorch, diffusers,
+OpenVINO or JAX when called. Import the module you need (``from sdaccel.toy import dataset``);
+:data:`__all__` names them all. Their public API, by topic:
+
+## The shapes data set
+
+- ``dataset.make_dataset``, ``dataset.render``, ``dataset.caption``: images and captions, seeded.
+- ``dataset.prompts``, ``dataset.heldout_prompts``, ``dataset.heldout_combinations``,
+  ``dataset.all_combinations``: the prompts, and the combinations never trained on.
+- ``dataset.adherence``, ``dataset.classify``, ``dataset.parse_prompt``, ``dataset.read_back``:
+  reading an image back, and the score of a batch against its prompts.
+
+## Tiny checkpoints
+
+- ``random_checkpoints.ensure_tiny``, ``random_checkpoints.build_tiny_sdxl``,
+  ``random_checkpoints.build_tiny_sd15``, ``random_checkpoints.BUILDERS``: random-weight
+  checkpoints in the exact diffusers layout (command line: ``python -m sdaccel.toy.random_checkpoints``).
+- ``random_checkpoints.write_clip_tokenizer_files``, ``random_checkpoints.clip_text_encoder``,
+  ``random_checkpoints.write_model_index``, ``random_checkpoints.bytes_to_unicode``: their pieces.
+- ``random_checkpoints.SDXL_COMPONENTS``, ``random_checkpoints.SD15_COMPONENTS``,
+  ``random_checkpoints.SD_NOISE_SCHEDULE``: what the layouts hold.
+
+## Training and distillation
+
+- ``train.train``, ``train.TrainConfig``, ``train.SMOKE``, ``train.LAYOUTS``: a real tiny model
+  trained on the shapes (``python -m sdaccel.toy.train``).
+- ``train.encode_prompts``, ``train.encode_images``, ``train.sdxl_time_ids``,
+  ``train.build_scheduler``, ``train.warmup_cosine``, ``train.write_tokenizer``, ``train.generate``:
+  its conditioning, schedules and sampling.
+- ``distill.run``, ``distill.distill``, ``distill.DDIMSolver``, ``distill.boundary_scalings``:
+  the LCM-LoRA distillation (``python -m sdaccel.toy.distill``).
+- ``distill_config.DistillConfig``, ``distill_config.TARGET_MODULES``,
+  ``distill_config.WEIGHT_NAME``: its knobs, the layers it adapts and the file it writes.
+- ``distill_eval.evaluate``, ``distill_eval.adherence_table``, ``distill_eval.plot_samples``:
+  the adapter's adherence through diffusers.
+- ``model_card.write_readme``, ``model_card.refresh_readme``, ``model_card.readme_text``: the
+  adapter's README.
+
+## Adherence
+
+- ``comparison.paired_latents``, ``comparison.uint8_images``: what the pipelines of a comparison
+  share, the same initial noise in and uint8 images out.
+- ``adherence.evaluate``, ``adherence.format_table``, ``adherence.quantize_unet``,
+  ``adherence.vae_decoder_quality``, ``adherence.FLOAT_GROUP_VARIANTS``: every pipeline and INT8
+  recipe, side by side (``python -m sdaccel.toy.adherence``).
+- ``adherence_steps.adherence_vs_steps``, ``adherence_steps.plot_adherence``: adherence against
+  steps, base sampler and LCM-LoRA (``python -m sdaccel.toy.adherence_steps``).
+- ``steps_report.format_table``, ``steps_report.pipeline_verdicts``: what such a sweep says.
+- ``calibration.calibrate_on_training_captions``: INT8 calibration data from training captions.
+- ``deepcache_quality.measure``, ``deepcache_quality.format_table``: DeepCache's cost in adherence
+  (``python -m sdaccel.toy.deepcache_quality``).
+- ``tome_quality.measure``, ``tome_quality.format_table``: token merging's
+  (``python -m sdaccel.toy.tome_quality``).
+"""
+
+__all__ = [
+    "adherence",
+    "adherence_steps",
+    "calibration",
+    "comparison",
+    "dataset",
+    "deepcache_quality",
+    "distill",
+    "distill_config",
+    "distill_eval",
+    "model_card",
+    "random_checkpoints",
+    "steps_report",
+    "tome_quality",
+    "train",
+]

@@ -38,7 +38,9 @@ from pathlib import Path
 import numpy as np
 
 from sdaccel.core.checkpoint import read_config
+from sdaccel.core.tables import markdown_table
 from sdaccel.toy import dataset
+from sdaccel.toy.comparison import paired_latents, uint8_images
 
 #: What the rows are compared with: the reference, and the pipeline the INT8 UNets replace into.
 REFERENCES = ("torch_fp32", "ov_f32")
@@ -51,24 +53,6 @@ FLOAT_GROUP_VARIANTS = {"full_int8, float resnets": r".*resnets.*"}
 #: rows should match the one-shot ones within the noise.
 PARTS_VARIANTS = {"full_int8 in 3 parts": ("full_int8", 3), "hybrid in 3 parts": ("hybrid", 3)}
 VARIANTS = ("int8_weights", "hybrid", "full_int8", *FLOAT_GROUP_VARIANTS)
-
-
-def paired_latents(folder: str | Path, n: int, size: int, seed: int = 0) -> np.ndarray:
-    """(n, C, size/f, size/f) float32 noise, image ``i`` drawn by ``torch.randn`` from ``seed + i``
-    (f: the VAE's downsampling factor, read from its config)."""
-    import torch
-
-    from sdaccel.cpu.export import vae_scale_factor_of
-
-    side = size // vae_scale_factor_of(folder, "vae")
-    shape = (read_config(folder, "unet")["in_channels"], side, side)
-    return np.stack(
-        [torch.randn(shape, generator=torch.Generator().manual_seed(seed + i)).numpy() for i in range(n)]
-    )
-
-
-def _uint8(arrays: np.ndarray) -> list[np.ndarray]:
-    return [np.clip(np.rint(a * 255.0), 0, 255).astype(np.uint8) for a in np.asarray(arrays, np.float32)]
 
 
 def run_torch(folder, prompts, latents, steps: int, guidance_scale: float, size: int) -> list[np.ndarray]:
@@ -84,7 +68,7 @@ def run_torch(folder, prompts, latents, steps: int, guidance_scale: float, size:
         height=size,
         width=size,
     )
-    return _uint8(images)
+    return uint8_images(images)
 
 
 def run_jax(folder, prompts, latents, steps: int, guidance_scale: float, size: int) -> list[np.ndarray]:
@@ -102,7 +86,7 @@ def run_jax(folder, prompts, latents, steps: int, guidance_scale: float, size: i
         width=size,
         latents=np.transpose(latents, (0, 2, 3, 1)),
     )
-    return _uint8(result.array)
+    return uint8_images(result.array)
 
 
 def run_openvino(pipe, prompts, latents, steps: int, guidance_scale: float, size: int) -> list[np.ndarray]:
@@ -110,7 +94,7 @@ def run_openvino(pipe, prompts, latents, steps: int, guidance_scale: float, size
     out = pipe.generate(
         list(prompts), steps=steps, guidance_scale=guidance_scale, height=size, width=size, latents=latents
     )
-    return _uint8(out.array)
+    return uint8_images(out.array)
 
 
 def quantize_unet(
@@ -249,7 +233,7 @@ def different_samplers(result: dict) -> list[str]:
 
 
 def format_table(result: dict) -> str:
-    """The rows as a Markdown table."""
+    """The rows as a Markdown table, then a note on each row that ran another sampler."""
 
     def pair(row, reference):
         p = row.get(f"vs_{reference}")
@@ -258,17 +242,15 @@ def format_table(result: dict) -> str:
         psnr = "identical" if p["identical"] == result["config"]["prompts"] else f"{p['psnr_mean']:.1f}"
         return psnr, f"{p['ssim_mean']:.3f}"
 
-    lines = [
-        "| pipeline | precision | adherence (colour+shape) | colour | shape | background | position "
-        "| PSNR vs torch (dB) | SSIM vs torch | PSNR vs ov_f32 (dB) | SSIM vs ov_f32 |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
-    ]
+    header = ["pipeline", "precision", "adherence (colour+shape)", *dataset.ATTRIBUTES]
+    header += ["PSNR vs torch (dB)", "SSIM vs torch", "PSNR vs ov_f32 (dB)", "SSIM vs ov_f32"]
+    rows = []
     for name, row in result["rows"].items():
         a = row["adherence"]
         cells = [name, row["precision"], f"**{a['score']:.3f}**"]
-        cells += [f"{a[k]:.3f}" for k in ("colour", "shape", "background", "position")]
-        cells += [*pair(row, "torch_fp32"), *pair(row, "ov_f32")]
-        lines.append("| " + " | ".join(cells) + " |")
+        cells += [f"{a[k]:.3f}" for k in dataset.ATTRIBUTES]
+        rows.append([*cells, *pair(row, "torch_fp32"), *pair(row, "ov_f32")])
+    lines = [markdown_table(header, rows)]
     for name in different_samplers(result):
         lines.append(
             f"\n{name} ran {result['rows'][name]['sampler']} (the checkpoint's "
@@ -299,7 +281,7 @@ def vae_decoder_quality(
     """What each INT8 decoder costs on a trained ``sdaccel.toy.dataset`` checkpoint.
 
     The f32 pipeline (``INFERENCE_PRECISION_HINT=f32``) generates ``num_prompts`` held-out prompts
-    from the noise of :func:`sdaccel.toy.adherence.paired_latents`; their final latents are
+    from the noise of :func:`sdaccel.toy.comparison.paired_latents`; their final latents are
     decoded by the f32 decoder (the reference) and by each INT8 decoder (compiled with the f32
     hint, so that INT8 is the only difference). Calibration: the final latents of
     ``calibration_prompts`` *training* captions. Returns per row the prompt adherence
@@ -339,7 +321,7 @@ def vae_decoder_quality(
     noise = paired_latents(folder, calibration_prompts, size, seed + 10_000)
     calibration = decoder_inputs(final_latents(pipe, train, noise, **call), pipe.vae_config)
     src = export / "vae_decoder" / MODEL_XML
-    reference = _uint8(decode(compile_f32(src), heldout))
+    reference = uint8_images(decode(compile_f32(src), heldout))
     rows = {
         "f32": {
             "adherence": dataset.adherence(reference, prompts),
@@ -350,7 +332,7 @@ def vae_decoder_quality(
     for variant in variants:
         dst = work / f"vae_decoder_{variant}.xml"
         report = quantize_vae_decoder(src, dst, variant, calibration)
-        images = _uint8(decode(compile_f32(dst), heldout))
+        images = uint8_images(decode(compile_f32(dst), heldout))
         pair = compare_images(reference, images)
         rows[variant] = {
             "adherence": dataset.adherence(images, prompts),

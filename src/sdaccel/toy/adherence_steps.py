@@ -15,10 +15,11 @@ needs, on the held-out prompts of :mod:`sdaccel.toy.dataset`, in each pipeline:
   calibrated on training captions with its own sampler (:func:`sdaccel.toy.adherence.quantize_unet`).
 
 Two samplers: ``base``, the checkpoint's own scheduler (Euler for the SDXL layout) with
-classifier-free guidance ``base_guidance`` (6, the guidance of ``evaluate_shapes``' table), and
+classifier-free guidance ``base_guidance`` (6, the guidance of :mod:`sdaccel.toy.adherence`'s table), and
 ``lcm``, the LCM scheduler with the adapter and guidance 1 (no classifier-free guidance: the
 adapter learned the guided trajectory, as LCM-LoRA is run). Every row starts image ``i`` from the
-same noise (:func:`sdaccel.toy.adherence.paired_latents`).
+same noise (:func:`sdaccel.toy.comparison.paired_latents`). The rows' Markdown table and the
+per-pipeline verdicts are :mod:`sdaccel.toy.steps_report`'s.
 """
 
 from __future__ import annotations
@@ -32,7 +33,9 @@ import numpy as np
 
 from sdaccel.core.checkpoint import read_config
 from sdaccel.toy import dataset
-from sdaccel.toy.adherence import FLOAT_GROUP_VARIANTS, _uint8, paired_latents, quantize_unet
+from sdaccel.toy.adherence import FLOAT_GROUP_VARIANTS, quantize_unet
+from sdaccel.toy.comparison import paired_latents, uint8_images
+from sdaccel.toy.steps_report import format_table
 
 PIPELINES = ("jax_fp32", "ov_f32")
 INT8_VARIANTS = ("full_int8", *FLOAT_GROUP_VARIANTS)
@@ -84,7 +87,7 @@ def _jax_runner(folder: Path, sampler: str, lora: Path | None):
             width=size,
             latents=np.transpose(latents, (0, 2, 3, 1)),
         )
-        return _uint8(result.array)
+        return uint8_images(result.array)
 
     return run
 
@@ -119,7 +122,7 @@ def _openvino_runner(pipe):
             width=size,
             latents=latents,
         )
-        return _uint8(out.array)
+        return uint8_images(out.array)
 
     return run
 
@@ -229,23 +232,6 @@ def adherence_vs_steps(
                     sweep(variant, sampler, _openvino_runner(pipe))
                 pipe.replace_unet(unet_xml)
     return rows
-
-
-def format_table(rows: list[dict], key: str = "score") -> str:
-    """A Markdown table: one line per pipeline x sampler, one column per step count."""
-    steps = sorted({r["steps"] for r in rows})
-    lines = [
-        "| pipeline | sampler | guidance | " + " | ".join(f"{s} steps" for s in steps) + " |",
-        "|---|---|---|" + "---|" * len(steps),
-    ]
-    groups: dict[tuple, dict[int, dict]] = {}
-    for r in rows:
-        groups.setdefault((r["pipeline"], r["sampler"], r["guidance_scale"]), {})[r["steps"]] = r
-    for (pipeline, sampler, guidance), by_steps in groups.items():
-        label = "LCM-LoRA (LCM)" if sampler == "lcm" else f"base ({by_steps[min(by_steps)]['scheduler']})"
-        cells = [f"{by_steps[s][key]:.3f}" if s in by_steps else "-" for s in steps]
-        lines.append(f"| {pipeline} | {label} | {guidance:g} | " + " | ".join(cells) + " |")
-    return "\n".join(lines)
 
 
 def plot_adherence(rows: list[dict], ax=None, key: str = "score"):

@@ -1,6 +1,6 @@
 """DeepCache's quality cost on a trained shapes checkpoint: prompt adherence, PSNR/SSIM against f32 and a comparison grid for each cache interval, in f32 and full INT8.
 
-python -m sdaccel.toy.deepcache_quality CHECKPOINT --intervals 2 3 --json out.json
+python -m sdaccel.toy.deepcache_quality --checkpoint CHECKPOINT --intervals 2 3 --out out.json
 """
 
 from __future__ import annotations
@@ -15,9 +15,7 @@ from pathlib import Path
 
 from sdaccel.core.checkpoint import read_config, resolve_checkpoint
 from sdaccel.cpu.deepcache import FOLDER, DeepCache, compile_parts, export_deepcache, quantize_deepcache
-from sdaccel.cpu.export import (
-    MODEL_XML,
-)
+from sdaccel.cpu.export import MODEL_XML
 
 
 def measure(
@@ -51,15 +49,11 @@ def measure(
     calibration data and quantized IRs go to ``workdir`` (default ``build/deepcache/<name>``);
     a comparison grid of the first ``grid_columns`` prompts is saved there as ``grid.png``.
     """
-    from tqdm.auto import tqdm
-
     from sdaccel.cpu.export import export_pipeline, text_to_image_components
     from sdaccel.cpu.pipeline import OVPipeline
-    from sdaccel.cpu.quality import comparison_grid, paired_summary
-    from sdaccel.cpu.quantize import quantize_ir
     from sdaccel.toy import dataset
-    from sdaccel.toy.calibration import calibrate_on_training_captions
 
+    # 1. The f32 export and its DeepCache IRs
     src = resolve_checkpoint(checkpoint)
     work = Path(workdir) if workdir else Path("build/deepcache") / src.name
     export = export_pipeline(
@@ -68,26 +62,17 @@ def measure(
     deep = export_deepcache(src, export)
     call = {"steps": steps, "guidance_scale": guidance_scale, "height": size, "width": size}
 
+    # 2. Full INT8: the plain UNet and the DeepCache IRs, on the same calibration data
     f32 = OVPipeline.from_pretrained(export, precision="f32")
     tick = time.perf_counter()
-    calibration = calibrate_on_training_captions(
-        f32,
-        work / "calibration",
-        steps,
-        guidance_scale,
-        size,
-        prompts=calibration_prompts,
-        samples=calibration_samples,
-        progress=progress,
+    plain_int8, deep_int8 = quantize_full_int8(
+        f32, export, deep, work, call, calibration_prompts, calibration_samples, progress
     )
-    plain_int8 = work / "unet_full_int8" / MODEL_XML
-    quantize_ir(export / "unet" / MODEL_XML, plain_int8, "full_int8", calibration.folder, calibration_samples)
-    deep_int8 = work / f"{FOLDER}_full_int8"
-    quantize_deepcache(deep, deep_int8, calibration, subset_size=calibration_samples)
     quantize_s = time.perf_counter() - tick
     int8 = OVPipeline.from_pretrained(export, precision="f32")
     int8.replace_unet(plain_int8)
 
+    # 3. The configurations: each precision without cache, then at each interval
     configs = {"f32": (f32, None)}
     parts = compile_parts(deep, f32)
     configs |= {f"f32+deepcache(N={n})": (f32, DeepCache(*parts, interval=n)) for n in intervals}
@@ -95,40 +80,15 @@ def measure(
     parts = compile_parts(deep_int8, int8)
     configs |= {f"full_int8+deepcache(N={n})": (int8, DeepCache(*parts, interval=n)) for n in int8_intervals}
 
+    # 4. The held-out prompts through each, scored against the prompts and the f32 images
     prompts = dataset.heldout_prompts(num_prompts)
     rows, images = {}, {}
     for name, (pipe, cache) in configs.items():
-        outs = [
-            pipe([prompt], seed=i, deepcache=cache, **call)
-            for i, prompt in enumerate(tqdm(prompts, desc=name, disable=not progress))
-        ]
-        images[name] = [out.images[0] for out in outs]
-        unet_calls = sum(len(out.timings["unet_steps"]) for out in outs)
-        full_calls = unet_calls if cache is None else cache.calls["full"]
-        row = {
-            "interval": cache.interval if cache else None,
-            "int8": name.startswith("full_int8"),
-            "adherence": dataset.adherence(images[name], prompts),
-            "unet_calls_per_image": {
-                "full": full_calls / num_prompts,
-                "shallow": (unet_calls - full_calls) / num_prompts,
-            },
-            "s_per_image": statistics.median(out.timings["run_s"] for out in outs),
-            "unet_s_per_image": statistics.median(sum(out.timings["unet_steps"]) for out in outs),
-        }
-        if name != "f32":
-            row.update(paired_summary(images["f32"], images[name]))
-        rows[name] = row
+        reference = None if name == "f32" else images["f32"]
+        images[name], rows[name] = run_configuration(name, pipe, cache, prompts, call, reference, progress)
 
-    captions = {
-        name: f"score {row['adherence']['score']:.2f}"
-        + (f"\nSSIM {row['ssim_mean']:.3f}" if "ssim_mean" in row else "")
-        for name, row in rows.items()
-    }
-    grid = comparison_grid(
-        {k: v[:grid_columns] for k, v in images.items()}, captions, cell=96, label_width=190
-    )
-    grid.save(work / "grid.png")
+    # 5. The comparison grid, and the result
+    grid = save_grid(work / "grid.png", images, rows, grid_columns)
     return {
         "checkpoint": str(src),
         "unet": {
@@ -144,9 +104,81 @@ def measure(
             "calibration_samples": calibration_samples,
         },
         "quantize_s": quantize_s,
-        "grid": str(work / "grid.png"),
+        "grid": str(grid),
         "rows": rows,
     }
+
+
+def quantize_full_int8(
+    f32, export: Path, deep: Path, work: Path, call: dict, prompts: int, samples: int, progress: bool
+) -> tuple[Path, Path]:
+    """Calibrate on training captions with the f32 pipeline (``samples`` UNet inputs over
+    ``prompts`` captions), then quantize the plain UNet and the DeepCache IRs to full INT8 on that
+    data; returns the INT8 UNet's XML and the INT8 DeepCache folder."""
+    from sdaccel.cpu.quantize import quantize_ir
+    from sdaccel.toy.calibration import calibrate_on_training_captions
+
+    calibration = calibrate_on_training_captions(
+        f32,
+        work / "calibration",
+        call["steps"],
+        call["guidance_scale"],
+        call["height"],
+        prompts=prompts,
+        samples=samples,
+        progress=progress,
+    )
+    plain_int8 = work / "unet_full_int8" / MODEL_XML
+    quantize_ir(export / "unet" / MODEL_XML, plain_int8, "full_int8", calibration.folder, samples)
+    deep_int8 = work / f"{FOLDER}_full_int8"
+    quantize_deepcache(deep, deep_int8, calibration, subset_size=samples)
+    return plain_int8, deep_int8
+
+
+def run_configuration(name: str, pipe, cache, prompts: list[str], call: dict, reference, progress: bool):
+    """The images of ``prompts`` (image ``i`` seeded with ``i``) from ``pipe`` with ``cache`` (None:
+    no DeepCache), and their row: adherence, UNet calls and seconds per image and, when there is a
+    ``reference`` (the f32 uncached images), PSNR/SSIM against it."""
+    from tqdm.auto import tqdm
+
+    from sdaccel.cpu.quality import paired_summary
+    from sdaccel.toy import dataset
+
+    outs = [
+        pipe([prompt], seed=i, deepcache=cache, **call)
+        for i, prompt in enumerate(tqdm(prompts, desc=name, disable=not progress))
+    ]
+    images = [out.images[0] for out in outs]
+    unet_calls = sum(len(out.timings["unet_steps"]) for out in outs)
+    full_calls = unet_calls if cache is None else cache.calls["full"]
+    row = {
+        "interval": cache.interval if cache else None,
+        "int8": name.startswith("full_int8"),
+        "adherence": dataset.adherence(images, prompts),
+        "unet_calls_per_image": {
+            "full": full_calls / len(prompts),
+            "shallow": (unet_calls - full_calls) / len(prompts),
+        },
+        "s_per_image": statistics.median(out.timings["run_s"] for out in outs),
+        "unet_s_per_image": statistics.median(sum(out.timings["unet_steps"]) for out in outs),
+    }
+    if reference is not None:
+        row.update(paired_summary(reference, images))
+    return images, row
+
+
+def save_grid(path: Path, images: dict, rows: dict, columns: int) -> Path:
+    """The first ``columns`` images of each configuration, captioned with its score (and SSIM)."""
+    from sdaccel.cpu.quality import comparison_grid
+
+    captions = {
+        name: f"score {row['adherence']['score']:.2f}"
+        + (f"\nSSIM {row['ssim_mean']:.3f}" if "ssim_mean" in row else "")
+        for name, row in rows.items()
+    }
+    grid = comparison_grid({k: v[:columns] for k, v in images.items()}, captions, cell=96, label_width=190)
+    grid.save(path)
+    return path
 
 
 def format_table(result: dict) -> str:

@@ -1,6 +1,6 @@
 """Token merging's quality cost on a trained shapes checkpoint: prompt adherence and PSNR/SSIM against the unmerged UNet, per merge ratio.
 
-python -m sdaccel.toy.tome_quality CHECKPOINT --ratios 0.3 0.5 --json out.json
+python -m sdaccel.toy.tome_quality --checkpoint CHECKPOINT --ratios 0.3 0.5 --out out.json
 """
 
 from __future__ import annotations
@@ -13,10 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from sdaccel.core.checkpoint import read_json, resolve_checkpoint
-from sdaccel.cpu.export import (
-    MODEL_XML,
-    checkpoint_defaults,
-)
+from sdaccel.cpu.export import MODEL_XML, checkpoint_defaults
 from sdaccel.cpu.tome import MANIFEST, check_ratio, export_tome
 
 
@@ -41,20 +38,18 @@ def measure(
     tokens each merged block kept. ``size``: image height and width (default: the checkpoint's).
     Exports go to ``workdir`` (default ``build/tome/<name>``).
     """
-    import statistics
-
-    from tqdm.auto import tqdm
-
     from sdaccel.cpu.export import export_pipeline, text_to_image_components
     from sdaccel.cpu.pipeline import OVPipeline
-    from sdaccel.cpu.quality import paired_summary
     from sdaccel.toy import dataset
 
+    # 1. Check the inputs, before anything is exported
     ratios = [check_ratio(r) for r in ratios]
     if not ratios:
         raise ValueError("ratios is empty: give at least one, e.g. (0.3, 0.5).")
     if num_prompts < 1 or steps < 1:
         raise ValueError(f"num_prompts and steps must be >= 1, got {num_prompts} and {steps}.")
+
+    # 2. The f32 export, and a merged UNet per ratio
     src = resolve_checkpoint(checkpoint)
     size = size or checkpoint_defaults(src).height
     work = Path(workdir) if workdir else Path("build/tome") / src.name
@@ -63,6 +58,8 @@ def measure(
     )
     folders = {r: export_tome(src, export, r, size, size) for r in ratios}
     call = {"steps": steps, "guidance_scale": guidance_scale, "height": size, "width": size}
+
+    # 3. The held-out prompts through the plain UNet, then through each merged one
     pipe = OVPipeline.from_pretrained(export, precision="f32")
     prompts = dataset.heldout_prompts(num_prompts)
     configs = {"f32": export / "unet" / MODEL_XML} | {
@@ -71,24 +68,10 @@ def measure(
     rows, images = {}, {}
     for name, xml in configs.items():
         pipe.replace_unet(xml)
-        outs = [
-            pipe([prompt], seed=i, **call)
-            for i, prompt in enumerate(tqdm(prompts, desc=name, disable=not progress))
-        ]
-        images[name] = [out.images[0] for out in outs]
-        row = {
-            "adherence": dataset.adherence(images[name], prompts),
-            "s_per_image": statistics.median(out.timings["run_s"] for out in outs),
-            "unet_s_per_image": statistics.median(sum(out.timings["unet_steps"]) for out in outs),
-        }
-        if name != "f32":
-            manifest = read_json(xml.parent / MANIFEST)
-            row.update(
-                ratio=manifest["ratio"],
-                merged_blocks=manifest["merged_blocks"],
-                **paired_summary(images["f32"], images[name]),
-            )
-        rows[name] = row
+        reference = None if name == "f32" else images["f32"]
+        images[name], rows[name] = run_configuration(name, pipe, xml, prompts, call, reference, progress)
+
+    # 4. The result
     return {
         "checkpoint": str(src),
         "settings": {
@@ -100,6 +83,37 @@ def measure(
         },
         "rows": rows,
     }
+
+
+def run_configuration(name: str, pipe, xml: Path, prompts: list[str], call: dict, reference, progress: bool):
+    """The images of ``prompts`` (image ``i`` seeded with ``i``) from ``pipe`` (its UNet ``xml``
+    already in place), and their row: adherence, seconds per image and, for a merged UNet (a
+    ``reference``: the plain UNet's images), its ratio, merged blocks and PSNR/SSIM."""
+    import statistics
+
+    from tqdm.auto import tqdm
+
+    from sdaccel.cpu.quality import paired_summary
+    from sdaccel.toy import dataset
+
+    outs = [
+        pipe([prompt], seed=i, **call)
+        for i, prompt in enumerate(tqdm(prompts, desc=name, disable=not progress))
+    ]
+    images = [out.images[0] for out in outs]
+    row = {
+        "adherence": dataset.adherence(images, prompts),
+        "s_per_image": statistics.median(out.timings["run_s"] for out in outs),
+        "unet_s_per_image": statistics.median(sum(out.timings["unet_steps"]) for out in outs),
+    }
+    if reference is not None:
+        manifest = read_json(xml.parent / MANIFEST)
+        row.update(
+            ratio=manifest["ratio"],
+            merged_blocks=manifest["merged_blocks"],
+            **paired_summary(reference, images),
+        )
+    return images, row
 
 
 def format_table(result: dict) -> str:

@@ -60,17 +60,17 @@ from pathlib import Path
 
 import numpy as np
 
+from sdaccel.core import staging
 from sdaccel.toy import dataset
 from sdaccel.toy.random_checkpoints import (
     SD15_COMPONENTS,
     SD_NOISE_SCHEDULE,
     SDXL_COMPONENTS,
-    _bytes_to_unicode,
-    _text_encoder,
-    _write_model_index,
-    folder_bytes,
+    bytes_to_unicode,
+    clip_text_encoder,
     publish,
     staging_folder,
+    write_model_index,
 )
 
 #: Words that become single tokens: every word of the shapes captions, plus a few common ones.
@@ -198,7 +198,7 @@ def write_tokenizer(folder: Path, pad_token: str) -> int:
     from transformers import CLIPTokenizer
 
     folder.mkdir(parents=True, exist_ok=True)
-    chars = list(_bytes_to_unicode().values())
+    chars = list(bytes_to_unicode().values())
     vocab = {c: i for i, c in enumerate(chars)}
     vocab.update({c + "</w>": len(chars) + i for i, c in enumerate(chars)})
     ranks: dict[tuple[str, str], int] = {}
@@ -231,12 +231,12 @@ def build_text_encoders(folder: Path, config: TrainConfig):
 
     vocab = write_tokenizer(folder / "tokenizer", pad_token="<|endoftext|>")
     h, n = config.text_hidden, config.text_layers
-    encoders = [_text_encoder(vocab, h, n, "quick_gelu", None, config.seed)]
+    encoders = [clip_text_encoder(vocab, h, n, "quick_gelu", None, config.seed)]
     encoders[0].save_pretrained(folder / "text_encoder")
     names = ["tokenizer"]
     if config.layout == "sdxl":
         write_tokenizer(folder / "tokenizer_2", pad_token="!")  # SDXL's second tokenizer pads with "!"
-        encoders.append(_text_encoder(vocab, h, n, "gelu", h, config.seed + 1))
+        encoders.append(clip_text_encoder(vocab, h, n, "gelu", h, config.seed + 1))
         encoders[1].save_pretrained(folder / "text_encoder_2")
         names.append("tokenizer_2")
     return [CLIPTokenizer.from_pretrained(folder / name) for name in names], encoders
@@ -312,7 +312,9 @@ def pixel_weights(images: np.ndarray, shape_weight: float, edge_weight: float):
     return torch.from_numpy(1 + shape_weight * shape + edge_weight * edge).float()[:, None]
 
 
-def _warmup_cosine(optimizer, warmup: int, total: int):
+def warmup_cosine(optimizer, warmup: int, total: int):
+    """The learning-rate schedule of both trainings (and of :mod:`sdaccel.toy.distill`): a cosine
+    from 1 at the first step to 0 at ``total``, times a linear ramp over the first ``warmup`` steps."""
     import torch
 
     def factor(step: int) -> float:
@@ -350,7 +352,7 @@ def train_vae(images: np.ndarray, config: TrainConfig, log: dict):
     with torch.no_grad():
         vae.quant_conv.bias[4:] = -8.0  # the log-variance half of the posterior's moments
     optimizer = torch.optim.AdamW(vae.parameters(), lr=config.vae_lr, weight_decay=0.0)
-    schedule = _warmup_cosine(optimizer, config.warmup_steps, config.vae_steps)
+    schedule = warmup_cosine(optimizer, config.warmup_steps, config.vae_steps)
     data = _to_tensor(images)
     weights = pixel_weights(images, config.vae_shape_weight, config.vae_edge_weight)
     rng = np.random.default_rng(config.seed + 3)
@@ -465,7 +467,7 @@ def train_unet(latents, prompt_embeds, pooled, uncond, config: TrainConfig, log:
     alphas_cumprod = build_scheduler(config.layout).alphas_cumprod.float()
     time_ids = sdxl_time_ids(config.image_size)
     optimizer = torch.optim.AdamW(unet.parameters(), lr=config.unet_lr, weight_decay=1e-2)
-    schedule = _warmup_cosine(optimizer, config.warmup_steps, config.unet_steps)
+    schedule = warmup_cosine(optimizer, config.warmup_steps, config.unet_steps)
     mean, std = latents
     rng = np.random.default_rng(config.seed + 4)
     generator = torch.Generator().manual_seed(config.seed + 4)
@@ -633,7 +635,7 @@ def train(out_dir: str | Path, config: TrainConfig | None = None, evaluate_model
     unet.save_pretrained(tmp / "unet")
     build_scheduler(config.layout).save_pretrained(tmp / "scheduler")
     layout = LAYOUTS[config.layout]
-    _write_model_index(tmp, layout["pipeline"], layout["components"])
+    write_model_index(tmp, layout["pipeline"], layout["components"])
     write_calibration_prompts(tmp, seed=config.seed)
     lap("unet")
     log["training_wall_s"] = round(time.perf_counter() - start, 1)
@@ -642,7 +644,7 @@ def train(out_dir: str | Path, config: TrainConfig | None = None, evaluate_model
         samples = evaluate(tmp, config, log)
         lap("evaluation")
         _plot(tmp, log, samples[:16], dataset.heldout_prompts(config.eval_prompts, seed=0)[:16])
-    log["size_bytes"] = folder_bytes(tmp)
+    log["size_bytes"] = staging.disk_bytes(tmp)
     (tmp / "training_log.json").write_text(json.dumps(log, indent=1))
     publish(tmp, out_dir)
     return log

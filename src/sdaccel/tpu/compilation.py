@@ -1,47 +1,57 @@
-"""Measuring a jitted JAX program honestly: compile vs run time, FLOPs, utilisation and cost.
+"""Measuring a jitted JAX program honestly: compile vs run time, FLOPs, utilisation and cost, and
+the persistent compilation cache.
 
 JAX dispatches work asynchronously and compiles on the first call, so a naive ``time.time()``
 around a call measures neither the compile nor the run. The rules this module follows:
 
 - **The first call compiles** (tracing, lowering to StableHLO, XLA optimisation); for SDXL on a
-  TPU that is minutes. :func:`aot_compile` does it ahead of time with
-  ``jax.jit(f).lower(*args).compile()`` and times lowering and compiling separately;
-  :class:`AOTCache` keeps one such executable per input signature (the one compile cache of the
-  JAX pipelines).
+  TPU that is minutes. :func:`sdaccel.tpu.aot.aot_compile` does it ahead of time and times
+  lowering and compiling separately; :class:`sdaccel.tpu.aot.AOTCache` keeps one such executable
+  per input signature (the one in-memory compile cache of the JAX pipelines).
 - **Steady state** is the median of several calls, each ended by ``jax.block_until_ready``
-  (:func:`time_calls`); otherwise the clock stops when the work is *queued*, not done.
+  (:func:`time_calls`, over :func:`sdaccel.core.timing.time_calls`); otherwise the clock stops
+  when the work is *queued*, not done.
 - **The persistent compilation cache** (:func:`enable_compilation_cache`) stores compiled
   executables on disk, keyed by the program, the devices and the compiler flags, so that the next
-  *process* skips the compile (``sdaccel.tpu.serving.cache_probe`` runs a fresh process to show it).
-- **FLOPs** come from XLA's own ``compiled.cost_analysis()`` (:func:`xla_flops`), with two
-  caveats: for a program split over devices it counts one device's share, and the body of a
-  ``while`` loop (``fori_loop``, ``scan``) is counted once, not once per step. :func:`utilisation`
-  compares the achieved FLOP/s with the chip's peak from :data:`PEAK_BF16_FLOPS`.
+  *process* skips the compile. :func:`cache_probe` runs a fresh process to show it:
+
+    python -m sdaccel.tpu.compilation probe --cache-dir /tmp/jax-cache                 # a small stand-in program
+    python -m sdaccel.tpu.compilation probe --cache-dir /tmp/jax-cache --model PATH \\
+        --batch 8 --height 1024 --width 1024 --steps 20                            # the pipeline's program
+
+- **FLOPs** come from XLA's own ``compiled.cost_analysis()`` (:func:`sdaccel.tpu.aot.xla_flops`),
+  with two caveats: for a program split over devices it counts one device's share, and the body
+  of a ``while`` loop (``fori_loop``, ``scan``) is counted once, not once per step.
+  :func:`utilisation` compares the achieved FLOP/s with the chip's peak from
+  :data:`PEAK_BF16_FLOPS`.
 - **Cost** per image and per 1,000 images follows from throughput and an hourly price
   (:func:`cost_per_image`).
 - **Attention kernels** (:func:`time_attention`): XLA's, cuDNN's on GPUs, and the Pallas splash
   kernel on TPUs (``sdaccel.tpu.models.attention``), on one attention problem.
 
-Sweeps over batch sizes and devices, resolution buckets and the cache probe drive the sharded
-pipeline, so they live above it, in :mod:`sdaccel.tpu.serving`.
+Sweeps over batch sizes and devices and resolution buckets drive the sharded pipeline, in
+:mod:`sdaccel.tpu.serving`.
 """
 
 from __future__ import annotations
 
+import argparse
+import json
 import os
-import statistics
+import subprocess
+import sys
 import time
 from collections.abc import Callable
-from contextlib import contextmanager, nullcontext
-from dataclasses import asdict, dataclass, field
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from jax.experimental.compilation_cache import compilation_cache
 
+from sdaccel.core import timing as core_timing
+from sdaccel.tpu.aot import aot_compile
 from sdaccel.tpu.models.attention import AttentionImpl, attention
 
 # ----------------------------------------------------------------------------------------------
@@ -89,129 +99,15 @@ def device_summary() -> dict:
 # ----------------------------------------------------------------------------------------------
 
 
-@dataclass
-class Timing:
-    """``first_s``: the first call (compile + run). ``run_s``: the median of ``runs_s``, the
-    following calls. ``compile_s`` is their difference, the usual estimate of the compile cost."""
-
-    first_s: float
-    run_s: float
-    runs_s: list[float] = field(default_factory=list)
-
-    @property
-    def compile_s(self) -> float:
-        return max(self.first_s - self.run_s, 0.0)
-
-    def as_dict(self) -> dict:
-        return {**asdict(self), "compile_s": self.compile_s}
-
-
 def block(x):
     """Wait for every array in ``x`` (any pytree) to be computed; return ``x``."""
     return jax.block_until_ready(x)
 
 
-def time_calls(fn: Callable, *args, repeats: int = 5, **kwargs) -> Timing:
+def time_calls(fn: Callable, *args, repeats: int = 5, **kwargs) -> core_timing.Timing:
     """Call ``fn`` once (compiling it if it is a fresh ``jax.jit``), then ``repeats`` more times;
-    each call waits for its result."""
-    start = time.perf_counter()
-    block(fn(*args, **kwargs))
-    first = time.perf_counter() - start
-    runs = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        block(fn(*args, **kwargs))
-        runs.append(time.perf_counter() - start)
-    return Timing(first, statistics.median(runs) if runs else first, runs)
-
-
-@dataclass
-class Compiled:
-    """An ahead-of-time compiled executable and what it cost to make."""
-
-    executable: Any
-    lower_s: float
-    compile_s: float
-    flops: float | None  # per device, loop bodies once: see xla_flops
-
-    def __call__(self, *args):
-        return self.executable(*args)
-
-
-def aot_compile(fn: Callable, *args, **jit_kwargs) -> Compiled:
-    """``jax.jit(fn, **jit_kwargs).lower(*args).compile()``, timed in its two stages.
-
-    ``fn`` may already be a ``jax.jit`` function (its own shardings are kept). ``args`` may be
-    arrays or ``jax.ShapeDtypeStruct`` (with ``sharding=``): nothing runs, only shapes matter.
-    The executable then accepts exactly those shapes, dtypes and shardings, and never recompiles.
-    """
-    jitted = fn if hasattr(fn, "lower") and not jit_kwargs else jax.jit(fn, **jit_kwargs)
-    start = time.perf_counter()
-    lowered = jitted.lower(*args)
-    lowered_at = time.perf_counter()
-    executable = lowered.compile()
-    done = time.perf_counter()
-    return Compiled(executable, lowered_at - start, done - lowered_at, xla_flops(executable))
-
-
-def _dtype(x) -> np.dtype:
-    dtype = getattr(x, "dtype", None)
-    return jnp.dtype(dtype) if dtype is not None else jnp.result_type(x)
-
-
-class AOTCache:
-    """``jax.jit(fn, **jit_kwargs)``, compiled ahead of time (:func:`aot_compile`) once per input
-    signature: the tree structure and every leaf's shape, dtype and sharding. The one compile cache
-    of :class:`sdaccel.tpu.pipeline.JaxPipeline` and :class:`sdaccel.tpu.sharded_pipeline.ShardedPipeline`.
-
-    ``compile_s`` adds up the seconds spent lowering and compiling (read it before and after a
-    call to see what the call compiled). ``mesh``: compile under ``jax.set_mesh(mesh)``.
-    """
-
-    def __init__(self, fn: Callable, *, mesh=None, **jit_kwargs):
-        self.jitted = jax.jit(fn, **jit_kwargs)
-        self.mesh = mesh
-        self.executables: dict[tuple, Compiled] = {}
-        self.compile_s = 0.0
-
-    @staticmethod
-    def signature(args) -> tuple:
-        leaves, treedef = jax.tree.flatten(args)
-        return treedef, tuple((tuple(np.shape(x)), _dtype(x), getattr(x, "sharding", None)) for x in leaves)
-
-    def compile(self, *args) -> Compiled:
-        """The executable for these arguments (arrays or ``jax.ShapeDtypeStruct``), compiled on
-        first use."""
-        key = self.signature(args)
-        if key not in self.executables:
-            with jax.set_mesh(self.mesh) if self.mesh is not None else nullcontext():
-                compiled = aot_compile(self.jitted, *args)
-            self.compile_s += compiled.lower_s + compiled.compile_s
-            self.executables[key] = compiled
-        return self.executables[key]
-
-    def __call__(self, *args):
-        return self.compile(*args)(*args)
-
-    def __len__(self) -> int:
-        return len(self.executables)
-
-    def clear(self) -> None:
-        """Drop every executable (and the device memory they hold)."""
-        self.executables.clear()
-
-
-def xla_flops(executable) -> float | None:
-    """FLOPs of one call as XLA's cost model counts them, or ``None`` where the backend has no
-    cost model. Per device for a partitioned program; a loop body counts once."""
-    try:
-        analysis = executable.cost_analysis()
-    except NotImplementedError:
-        return None
-    if isinstance(analysis, list | tuple):  # older jax: one dict per program
-        analysis = analysis[0] if analysis else {}
-    flops = (analysis or {}).get("flops")
-    return float(flops) if flops is not None and flops >= 0 else None
+    each call waits for its result (:func:`sdaccel.core.timing.time_calls` with ``jax.block_until_ready``)."""
+    return core_timing.time_calls(fn, *args, repeats=repeats, wait=block, **kwargs)
 
 
 def utilisation(flops: float | None, seconds: float, peak: float | None, devices: int = 1) -> float | None:
@@ -288,6 +184,57 @@ def probe_program(size: int = 256, depth: int = 8):
     return fn, jax.ShapeDtypeStruct((size, size), jnp.float32)
 
 
+def cache_probe(
+    cache_dir: str | os.PathLike, model: str | None = None, env: dict | None = None, **shape
+) -> dict:
+    """Start a fresh Python process that enables the cache at ``cache_dir``, compiles one program
+    and reports, as a dict: ``process_s`` (the whole process, measured here), ``compile_s``,
+    ``cache_hits``, ``cache_misses``. Run it twice: the second start reads the first's executable.
+
+    ``model``: a pipeline checkpoint whose denoise-and-decode function to compile (``shape`` holds
+    ``batch``, ``height``, ``width``, ``steps``, ``dtype``, ``variant``; left out: the checkpoint's
+    defaults); ``None`` compiles :func:`probe_program`.
+    """
+    cmd = [sys.executable, "-m", "sdaccel.tpu.compilation", "probe", "--cache-dir", str(cache_dir)]
+    if model is not None:
+        cmd += ["--model", str(model)]
+    for key, value in shape.items():
+        if value is not None:
+            cmd += [f"--{key}", str(value)]
+    start = time.perf_counter()
+    done = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, **(env or {})}, check=False)
+    elapsed = time.perf_counter() - start
+    if done.returncode:
+        raise RuntimeError(f"The probe process failed ({done.returncode}):\n{done.stderr[-3000:]}")
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    return {**result, "process_s": elapsed}
+
+
+def _probe(args) -> dict:
+    """What one probe process does: enable the cache, compile one program, count the cache events."""
+    enable_compilation_cache(args.cache_dir)
+    with count_cache_events() as events:
+        if args.model is None:
+            fn, spec = probe_program()
+            compiled = aot_compile(fn, spec)
+        else:
+            # the pipeline sits above this module: imported only by a probe of a checkpoint
+            from sdaccel.tpu.sharded_pipeline import ShardedPipeline
+
+            pipe = ShardedPipeline.from_pretrained(
+                args.model, dtype=jnp.dtype(args.dtype), variant=args.variant, progress=False
+            )
+            compiled = pipe.warm(args.batch, args.height, args.width, args.steps, args.guidance)
+    return {
+        "lower_s": compiled.lower_s,
+        "compile_s": compiled.compile_s,
+        "cache_hits": events.hits,
+        "cache_misses": events.misses,
+        "flops": compiled.flops,
+        **device_summary(),
+    }
+
+
 # ----------------------------------------------------------------------------------------------
 # Attention kernels
 # ----------------------------------------------------------------------------------------------
@@ -329,3 +276,35 @@ def time_attention(
         reference = result if reference is None else reference
         out[name] = {**timing.as_dict(), "max_abs_diff": float(jnp.abs(result - reference).max())}
     return out
+
+
+# ----------------------------------------------------------------------------------------------
+# Command line: the probe's process
+# ----------------------------------------------------------------------------------------------
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        prog="python -m sdaccel.tpu.compilation",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    probe = sub.add_parser("probe", help="compile one program with the persistent cache on; print JSON")
+    probe.add_argument("--cache-dir", required=True)
+    probe.add_argument(
+        "--model", default=None, help="a pipeline checkpoint; default: a small stand-in program"
+    )
+    probe.add_argument("--batch", type=int, default=1)
+    probe.add_argument("--height", type=int, default=None, help="default: the checkpoint's")
+    probe.add_argument("--width", type=int, default=None, help="default: the checkpoint's")
+    probe.add_argument("--steps", type=int, default=None, help="default: the checkpoint's")
+    probe.add_argument("--guidance", type=float, default=None, help="default: the checkpoint's")
+    probe.add_argument("--dtype", default="bfloat16")
+    probe.add_argument("--variant", default=None)
+    args = parser.parse_args(argv)
+    print(json.dumps(_probe(args)))
+
+
+if __name__ == "__main__":
+    main()

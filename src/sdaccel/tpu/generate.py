@@ -46,9 +46,9 @@ import jax.numpy as jnp
 import numpy as np
 from tqdm.auto import tqdm
 
+from sdaccel.core.checkpoint import read_defaults
 from sdaccel.core.contract import Request, check_inputs, to_pil
 from sdaccel.tpu import compilation, distributed
-from sdaccel.tpu.pipeline import read_defaults
 from sdaccel.tpu.sharded_pipeline import ShardedPipeline
 from sdaccel.tpu.sharding import DATA, ShardingError, axis_size, check_batch, make_mesh, parse_mesh
 
@@ -230,12 +230,14 @@ def run(args: argparse.Namespace) -> dict:
 
 
 def _generate(args, prompts, request: Request, mesh, batch, settings, kept, todo, target: Path, main) -> dict:
+    # 1. The settings first, and the persistent compilation cache
     records = dict(kept)
     earlier_files = {r["file"] for r in _read_records(target)} if main else set()
     if main:
         _write_atomically(target / SETTINGS, json.dumps(settings, indent=2))
     if args.cache_dir:
         compilation.enable_compilation_cache(args.cache_dir)
+    # 2. Load the pipeline onto the mesh, when there is anything to make
     load_s, batches = 0.0, []
     if todo:
         load_start = time.perf_counter()
@@ -247,6 +249,7 @@ def _generate(args, prompts, request: Request, mesh, batch, settings, kept, todo
             progress=main and not args.no_progress,
         )
         load_s = time.perf_counter() - load_start
+    # 3. Each batch: generate on every device, gather on process 0, write its images and records
     starts = range(0, len(todo), batch)
     for start in tqdm(starts, desc="batches", unit="batch", disable=not main or args.no_progress):
         indices = todo[start : start + batch]
@@ -269,13 +272,15 @@ def _generate(args, prompts, request: Request, mesh, batch, settings, kept, todo
             image.save(target / name)
             records[k] = {"file": name, "prompt": prompts[k], "noise_index": k, "seed": request.seed}
         _write_atomically(target / RECORDS, "".join(json.dumps(records[k]) + "\n" for k in sorted(records)))
+    # 4. The records of a run with nothing to make, and no image that no prompt asks for
     if main and not todo:
         _write_atomically(target / RECORDS, "".join(json.dumps(records[k]) + "\n" for k in sorted(records)))
     if main:  # images of an earlier run that the prompt file no longer asks for (--resume)
         for name in earlier_files - {r["file"] for r in records.values()}:
             (target / name).unlink(missing_ok=True)
 
-    # the first batch carries the compile; steady state is measured on the others when there are any
+    # 5. The summary. The first batch carries the compile; steady state is measured on the others
+    #    when there are any
     steady = batches[1:] or batches
     run_s = sum(b["run_s"] for b in steady)
     real_images = sum(b["images"] for b in steady)  # never the padding

@@ -63,7 +63,7 @@ from sdaccel.core.contract import (
     vae_scale_factor,
 )
 from sdaccel.tpu import lora, schedulers, text
-from sdaccel.tpu.compilation import AOTCache
+from sdaccel.tpu.aot import AOTCache
 from sdaccel.tpu.models import attention
 from sdaccel.tpu.models.taesd import load_tiny_vae
 from sdaccel.tpu.models.unet import guidance_scale_embedding, load_unet
@@ -123,24 +123,6 @@ def step_noise(keys: jax.Array, step: int | jax.Array, shape: tuple[int, ...]) -
     return jax.vmap(
         lambda k: jax.random.normal(jax.random.fold_in(jax.random.wrap_key_data(k), step), shape, jnp.float32)
     )(keys)
-
-
-def read_defaults(path_or_id: str | os.PathLike) -> Defaults:
-    """A checkpoint's :class:`~sdaccel.core.contract.Defaults` from its configs alone (no weights are
-    read, and from the hub only the config files are fetched): what ``JaxPipeline.from_pretrained``
-    would give ``pipe.defaults``, so that a caller can check its inputs before loading."""
-    folder = resolve_checkpoint(path_or_id, components=[])
-    index = read_json(folder / "model_index.json")
-    unet, vae, scheduler = (read_config(folder, name) for name in ("unet", "vae", "scheduler"))
-    if "block_out_channels" not in unet or "block_out_channels" not in vae:
-        raise CheckpointError(f"{folder}: the unet or vae config has no block_out_channels.")
-    return Defaults.from_checkpoint(
-        index,
-        unet.get("sample_size"),
-        len(unet["block_out_channels"]),
-        vae_scale_factor(vae["block_out_channels"]),
-        scheduler.get("num_train_timesteps", 1000),
-    )
 
 
 def _check_dtype(dtype):
@@ -253,6 +235,7 @@ class JaxPipeline:
             SDXL, from the hub) or the folder of an ``AutoencoderTiny``: decode with that tiny
             autoencoder instead, in ``dtype`` (:mod:`sdaccel.tpu.models.taesd`).
         """
+        # 1. Check inputs: the dtype, the components model_index.json lists, the tiny VAE
         dtype = _check_dtype(dtype)
         index = read_json(resolve_checkpoint(path_or_id, components=[]) / "model_index.json")
         components = [
@@ -268,6 +251,7 @@ class JaxPipeline:
             )
         tiny_vae = resolve_tiny_vae(folder, vae)  # checked before any weight is read
 
+        # 2. Load the text encoders, the UNet and the VAE, each weight placed as it is read
         def place(component):
             return None if sharding is None else (lambda path: sharding(component, path))
 
@@ -297,9 +281,10 @@ class JaxPipeline:
                 force_upcast=False,
                 variant=variant,
             )
+        # 3. The scheduler and the pipeline
         sched = schedulers.from_config(read_config(folder, "scheduler"), kind=scheduler)
         pipe = cls(prompt_encoder, unet, vae, sched, folder=folder, model_index=index)
-        # Programs are compiled for the platform they run on: splash attention on a TPU, XLA's on a
+        # 4. Programs are compiled for the platform they run on: splash attention on a TPU, XLA's on a
         # CPU. One image at a time through the VAE, so that a batch's full-resolution activations
         # (0.5 GB per image at 1024x1024 in float32) never sit in memory together: without it
         # 4 SDXL images need 19.4 GiB of temporaries, more than a v5e chip's 16 GB
@@ -372,6 +357,7 @@ class JaxPipeline:
         The latents are float32 throughout the loop; the UNet computes in its weights' dtype and
         the VAE in its own (float32 when ``force_upcast``).
         """
+        # 1. The models, and the conditioning folded to (B * G, ...)
         unet = nnx.merge(self._unet_graphdef, params["unet"])
         vae = nnx.merge(self._vae_graphdef, params["vae"])
         batch, groups = cond.prompt_embeds.shape[:2]
@@ -380,6 +366,7 @@ class JaxPipeline:
             return None if x is None else x.reshape(batch * groups, *x.shape[2:])
 
         context, text_embeds, time_ids = fold(cond.prompt_embeds), fold(cond.text_embeds), fold(cond.time_ids)
+        # 2. Check what the scheduler and the UNet need
         stochastic = self.scheduler.stochastic
         if stochastic and cond.noise_keys is None:
             raise ValueError(
@@ -396,6 +383,7 @@ class JaxPipeline:
             w = jnp.reshape(jnp.asarray(guidance_scale, jnp.float32) - 1, (1,))
             timestep_cond = guidance_scale_embedding(w, self.unet_config.time_cond_proj_dim)
 
+        # 3. One denoising step: the UNet on both guidance groups, guidance, the scheduler's step
         def denoise_step(i, latents):
             with jax.named_scope("scale_model_input"):
                 x = self.scheduler.scale_model_input(state, latents, i)
@@ -414,6 +402,7 @@ class JaxPipeline:
                     return self.scheduler.step(state, eps, i, latents, noise=noise)
                 return self.scheduler.step(state, eps, i, latents)
 
+        # 4. The denoising loop, then the decode
         latents = latents.astype(jnp.float32) * state.init_noise_sigma
         latents = jax.lax.fori_loop(0, state.timesteps.shape[0], denoise_step, latents)
         with jax.named_scope("vae_decode"):
@@ -536,9 +525,11 @@ class JaxPipeline:
           :class:`~sdaccel.core.contract.GenerationResult`: ``images``, ``array`` (B, H, W, 3) and
           ``timings`` (the contract's keys; ``compile_s`` is 0 when every program was compiled).
         """
+        # 1. Check inputs (nothing is compiled before they pass)
         request = self.check_inputs(
             prompts, negative_prompts, steps, guidance_scale, height, width, seed, first_index=first_index
         )
+        # 2. Prepare the starting noise and the timesteps
         shape = self.latent_shape(request.height, request.width)
         if latents is None:
             latents = initial_noise(request.seed, jnp.arange(first_index, first_index + request.batch), shape)
@@ -549,6 +540,7 @@ class JaxPipeline:
             )
         state = self.scheduler.set_timesteps(request.steps)
 
+        # 3. Encode the prompts (and the per-image noise keys of a stochastic scheduler)
         encode_compile, denoise_compile = self._encode.compile_s, self._denoise.compile_s
         start = time.perf_counter()
         cond = self.conditioning(
@@ -566,12 +558,14 @@ class JaxPipeline:
             cond = dataclasses.replace(cond, noise_keys=keys)
         jax.block_until_ready(cond)
         encoded = time.perf_counter()
+        # 4. Denoise and decode: one compiled program
         images = self._denoise(
             self.params, state, cond, jnp.asarray(latents, jnp.float32), jnp.float32(request.guidance_scale)
         )
         array = np.asarray(jax.block_until_ready(images))
         end = time.perf_counter()
 
+        # 5. Timings, without what was spent compiling
         encode_compile = self._encode.compile_s - encode_compile
         denoise_compile = self._denoise.compile_s - denoise_compile
         timings = make_timings(

@@ -24,6 +24,9 @@ denoising loop and the VAE decode: one program) and reports per chip:
 Batches are per ``"data"`` shard (per chip on a data-only mesh). The command prints a table and
 writes JSON (and a Markdown table) atomically; nothing is written when an argument is wrong.
 Real-size programs take minutes each to compile (about 12 on one core): it is a benchmark, not a test.
+
+From the recorded plans, :func:`unet_row_flops` reads one UNet call's FLOPs per latent and
+:func:`tpu_floor` makes the time floor of a whole image (``benchmarks/bench_whole_image.py``).
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ import os
 import re
 import sys
 import time
+from collections.abc import Iterable
 from importlib import resources
 from pathlib import Path
 
@@ -46,6 +50,7 @@ import numpy as np
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from sdaccel.core.tables import markdown_table
 from sdaccel.tpu import topology as tpu_topology
 from sdaccel.tpu.topology import GiB
 
@@ -275,21 +280,24 @@ class Case:
     vae_images_per_chip: int | None = None  # None: the VAE decodes the whole batch at once
 
 
-def make_mesh(topology: str, spec: str):
+def mesh_for(topology: str, spec: str):
+    """The mesh ``spec`` (``"auto"`` or ``"DATAxMODEL"``) of :func:`sdaccel.tpu.sharding.make_mesh`,
+    on the compile-only devices of ``topology``."""
     from sdaccel.tpu import sharding
 
     devices = tpu_topology.tpu_devices(topology)
-    data, model = sharding.parse_mesh(spec, len(devices))
-    return sharding.make_mesh(data, model, devices=devices)
+    return sharding.make_mesh(*sharding.parse_mesh(spec, len(devices)), devices=devices)
 
 
 def compile_case(case: Case, source=DEFAULT_CONFIG, unet_flops: dict | None = None) -> tuple[dict, object]:
-    """Compile ``case`` and return ``(row, compiled)``: the row is what the table and JSON show."""
+    """Compile ``case`` and return ``(row, compiled)``: the row is what the table and JSON show.
+    ``unet_flops``: a dict that keeps :func:`unet_call_flops` across calls (by source and shape)."""
     from sdaccel.tpu import sharding
     from sdaccel.tpu.models import attention as attn
 
+    # 1. The mesh of compile-only devices, and the abstract pipeline's arguments on it
     topo = tpu_topology.topology(case.topology)
-    mesh = make_mesh(case.topology, case.mesh)
+    mesh = mesh_for(case.topology, case.mesh)
     data = sharding.axis_size(mesh, sharding.DATA)
     global_batch = case.batch * data
     dtype = jnp.dtype(case.dtype)
@@ -299,29 +307,27 @@ def compile_case(case: Case, source=DEFAULT_CONFIG, unet_flops: dict | None = No
     args = program_args(
         pipe, mesh, global_batch, case.height, case.width, case.steps, case.guidance, case.min_shard_size
     )
-    # keep_unused: weights the program does not read (the VAE encoder) are on the chip all the same.
+    # 2. Trace. keep_unused: weights the program does not read (the VAE encoder) are on the chip all the same.
     jitted = jax.jit(
         pipe.denoise_and_decode, out_shardings=NamedSharding(mesh, P(sharding.DATA)), keep_unused=True
     )
     with jax.set_mesh(mesh):
         traced = jitted.trace(*args)
-    # Everything that needs no compiled program comes first, so that a mistake costs seconds.
+    # 3. The FLOPs XLA does not see (splash kernels, the loop's other UNet calls). Everything that
+    #    needs no compiled program comes first, so that a mistake costs seconds.
     splash = attn.splash_flops(traced.jaxpr)
     key = (str(source), case.dtype, global_batch, case.height, case.width, case.guidance)
     cache = {} if unet_flops is None else unet_flops
     if key not in cache:
         cache[key] = unet_call_flops(source, dtype, global_batch, case.height, case.width, case.guidance)
     unet_step = cache[key]
+    # 4. Lower and compile (or be refused for lack of memory)
     with jax.set_mesh(mesh):
         lowered = traced.lower()
         lowered_at = time.perf_counter()
-        try:
-            compiled, error = lowered.compile(), None
-        except jax.errors.JaxRuntimeError as e:  # XLA refuses a program that cannot fit
-            if "RESOURCE_EXHAUSTED" not in str(e):
-                raise
-            compiled, error = None, str(e).strip().splitlines()[0]
+        compiled, error = _compile_or_refusal(lowered)
     done = time.perf_counter()
+    # 5. Read the program: memory beside the text encoders, FLOPs, communication
     text = "" if compiled is None else compiled.as_text()
     mem = tpu_topology.memory(compiled) if compiled is not None else _refused_memory(args, error)
     # The text encoders live beside the program on the first chip (they run before it).
@@ -331,6 +337,7 @@ def compile_case(case: Case, source=DEFAULT_CONFIG, unet_flops: dict | None = No
     total = None if as_counted is None else as_counted * mesh.size + splash + (case.steps - 1) * unet_step
     per_image = None if total is None else total / global_batch
     floor_s = None if per_image is None else per_image / topo.peak_flops  # per image on one chip
+    # 6. The row
     row = {
         **dataclasses.asdict(case),
         "config": str(source),
@@ -367,6 +374,17 @@ def compile_case(case: Case, source=DEFAULT_CONFIG, unet_flops: dict | None = No
     }
     row["batch_estimate"] = estimate_batch(row)
     return row, compiled
+
+
+def _compile_or_refusal(lowered) -> tuple[object | None, str | None]:
+    """``(compiled, None)``, or ``(None, the first line of XLA's error)`` when XLA refuses a program
+    that cannot fit (``RESOURCE_EXHAUSTED``); any other error is raised."""
+    try:
+        return lowered.compile(), None
+    except jax.errors.JaxRuntimeError as e:
+        if "RESOURCE_EXHAUSTED" not in str(e):
+            raise
+        return None, str(e).strip().splitlines()[0]
 
 
 _GB = re.compile(r"temporaries \(([\d.]+)G\) exceeds available HBM \(([\d.]+)G\)")
@@ -512,10 +530,8 @@ def markdown(rows: list[dict], command: str) -> str:
         f"kernels; floor at the chip's peak; resident = the program's peak + the text encoders; "
         f"`fits` = resident <= HBM; spare target {SPARE_BYTES / GiB:.0f} GiB.",
         "",
-        "| " + " | ".join(COLUMNS) + " |",
-        "|" + "---|" * len(COLUMNS),
+        markdown_table(COLUMNS, [table_row(r) for r in rows]),
     ]
-    lines += ["| " + " | ".join(table_row(r)) + " |" for r in rows]
     lines += [
         "",
         "Anchors (s per image per chip): " + "; ".join(f"{v[1]}: {v[0]:.2f}" for v in ANCHORS.values()),
@@ -739,9 +755,83 @@ def beside(row: dict, measured: dict | None = None) -> str:
             _seconds(measured_compile) if measured_compile is not None else "",
         ),
     ]
-    lines = [f"| {rows[0][0]} | {rows[0][1]} | {rows[0][2]} |", "|---|---|---|"]
-    lines += [f"| {a} | {b} | {c} |" for a, b, c in rows[1:]]
-    return "\n".join(lines) + "\n"
+    return markdown_table(rows[0], rows[1:]) + "\n"
+
+
+# ----------------------------------------------------------------------------------------------
+# The TPU floor of one image, from the FLOPs that plans recorded
+# ----------------------------------------------------------------------------------------------
+
+
+def unet_row_flops(plan_files: Iterable[str | os.PathLike], rel_tol: float = 1e-6) -> dict:
+    """FLOPs of one UNet call on one latent (batch 1, no guidance) at the plans' size, from the
+    ``flops.unet_call`` of each row of plan JSON files (``python -m sdaccel.tpu.plan``): XLA's cost
+    analysis of one UNet call at ``global_batch`` images, doubled with guidance. Every row must give the same figure
+    per latent (the UNet's FLOPs grow linearly with the batch), else this raises.
+
+    Returns ``{"flops": ..., "height": ..., "width": ..., "dtype": ..., "sources": [...]}``."""
+    found = []
+    for path in plan_files:
+        data = json.loads(Path(path).read_text())
+        for row in data["rows"]:
+            call = (row.get("flops") or {}).get("unet_call")
+            if not call:
+                continue
+            latents = row["global_batch"] * (2 if row["guidance"] else 1)
+            found.append(
+                {
+                    "file": str(path),
+                    "unet_call": call,
+                    "latents": latents,
+                    "per_latent": call / latents,
+                    "size": (row["height"], row["width"]),
+                    "dtype": row["dtype"],
+                }
+            )
+    if not found:
+        raise ValueError("no row of the plan files records flops.unet_call")
+    first = found[0]
+    for other in found[1:]:
+        if other["size"] != first["size"]:
+            raise ValueError(f"plans of different sizes: {first['size']} and {other['size']}")
+        if abs(other["per_latent"] - first["per_latent"]) > rel_tol * first["per_latent"]:
+            raise ValueError(
+                f"UNet FLOPs per latent disagree: {first['per_latent']:.6g} ({first['file']}) and "
+                f"{other['per_latent']:.6g} ({other['file']})"
+            )
+    height, width = first["size"]
+    return {
+        "flops": first["per_latent"],
+        "height": height,
+        "width": width,
+        "dtype": first["dtype"],
+        "sources": [{k: f[k] for k in ("file", "unet_call", "latents")} for f in found],
+    }
+
+
+def tpu_floor(
+    unet_flops: float,
+    steps: int,
+    guidance: bool,
+    decode_flops: float | None,
+    peak_flops: float,
+    encode_flops: float = 0.0,
+) -> dict:
+    """FLOPs of one image and its time floor at ``peak_flops``: ``steps`` UNet calls on one
+    latent (two with ``guidance``), plus the VAE decode and the text encoders when known."""
+    if steps < 1 or peak_flops <= 0:
+        raise ValueError(f"need steps >= 1 and a positive peak, got {steps=}, {peak_flops=}.")
+    unet = steps * (2 if guidance else 1) * unet_flops
+    total = unet + (decode_flops or 0.0) + encode_flops
+    return {
+        "unet_flops": unet,
+        "decode_flops": decode_flops,
+        "encode_flops": encode_flops,
+        "flops": total,
+        "floor_s": total / peak_flops,
+        "unet_floor_s": unet / peak_flops,
+        "peak_flops": peak_flops,
+    }
 
 
 # ----------------------------------------------------------------------------------------------

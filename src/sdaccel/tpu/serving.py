@@ -1,45 +1,26 @@
-"""Tuning the sharded pipeline for serving: throughput sweeps, resolution buckets, and the probe
-of the persistent compilation cache.
+"""Tuning the sharded pipeline for serving: throughput sweeps and resolution buckets.
 
 - **Throughput** over batch sizes and device counts (:func:`sweep`), skipping what the devices do
   not divide or what does not fit in memory, and saying so.
 - **Resolution buckets** (:class:`Buckets`): every new input shape is a new program. Compile the
   few shapes you serve up front, into the pipeline's own compile cache, so the first request at
   each does not wait for XLA.
-- **The persistent cache** (:func:`cache_probe`): a fresh process compiles one program with
-  ``bench.enable_compilation_cache`` on; the second start reads the first's executable.
 
-    python -m sdaccel.tpu.serving probe --cache-dir /tmp/jax-cache                 # a small stand-in program
-    python -m sdaccel.tpu.serving probe --cache-dir /tmp/jax-cache --model PATH \\
-        --batch 8 --height 1024 --width 1024 --steps 20                        # the pipeline's program
-
-This module sits above both :mod:`sdaccel.tpu.compilation` (generic measurement) and
-:mod:`sdaccel.tpu.sharded_pipeline` (the pipeline it drives).
+The persistent compilation cache, and the probe that shows it from a fresh process, are in
+:mod:`sdaccel.tpu.compilation` (``compilation.cache_probe``). This module sits above both
+:mod:`sdaccel.tpu.compilation` (generic measurement) and :mod:`sdaccel.tpu.sharded_pipeline`
+(the pipeline it drives).
 """
 
 from __future__ import annotations
 
-import argparse
-import json
-import os
-import subprocess
-import sys
-import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import jax
-import jax.numpy as jnp
 from tqdm.auto import tqdm
 
-from sdaccel.tpu.compilation import (
-    aot_compile,
-    count_cache_events,
-    device_summary,
-    enable_compilation_cache,
-    probe_program,
-    time_calls,
-)
+from sdaccel.tpu.compilation import time_calls
 from sdaccel.tpu.sharded_pipeline import ShardedPipeline
 from sdaccel.tpu.sharding import make_mesh
 
@@ -157,80 +138,3 @@ class Buckets:
         if not self.sizes:
             raise ValueError("No size is warmed yet: call Buckets.warm([(height, width), ...]) first.")
         return nearest_bucket(height, width, self.sizes)
-
-
-# ----------------------------------------------------------------------------------------------
-# The persistent compilation cache, seen from a fresh process
-# ----------------------------------------------------------------------------------------------
-
-
-def cache_probe(
-    cache_dir: str | os.PathLike, model: str | None = None, env: dict | None = None, **shape
-) -> dict:
-    """Start a fresh Python process that enables the cache at ``cache_dir``, compiles one program
-    and reports, as a dict: ``process_s`` (the whole process, measured here), ``compile_s``,
-    ``cache_hits``, ``cache_misses``. Run it twice: the second start reads the first's executable.
-
-    ``model``: a pipeline checkpoint whose denoise-and-decode function to compile (``shape`` holds
-    ``batch``, ``height``, ``width``, ``steps``, ``dtype``, ``variant``; left out: the checkpoint's
-    defaults); ``None`` compiles ``bench.probe_program``.
-    """
-    cmd = [sys.executable, "-m", "sdaccel.tpu.serving", "probe", "--cache-dir", str(cache_dir)]
-    if model is not None:
-        cmd += ["--model", str(model)]
-    for key, value in shape.items():
-        if value is not None:
-            cmd += [f"--{key}", str(value)]
-    start = time.perf_counter()
-    done = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, **(env or {})}, check=False)
-    elapsed = time.perf_counter() - start
-    if done.returncode:
-        raise RuntimeError(f"The probe process failed ({done.returncode}):\n{done.stderr[-3000:]}")
-    result = json.loads(done.stdout.strip().splitlines()[-1])
-    return {**result, "process_s": elapsed}
-
-
-def _probe(args) -> dict:
-    enable_compilation_cache(args.cache_dir)
-    with count_cache_events() as events:
-        if args.model is None:
-            fn, spec = probe_program()
-            compiled = aot_compile(fn, spec)
-        else:
-            pipe = ShardedPipeline.from_pretrained(
-                args.model, dtype=jnp.dtype(args.dtype), variant=args.variant, progress=False
-            )
-            compiled = pipe.warm(args.batch, args.height, args.width, args.steps, args.guidance)
-    return {
-        "lower_s": compiled.lower_s,
-        "compile_s": compiled.compile_s,
-        "cache_hits": events.hits,
-        "cache_misses": events.misses,
-        "flops": compiled.flops,
-        **device_summary(),
-    }
-
-
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    sub = parser.add_subparsers(dest="command", required=True)
-    probe = sub.add_parser("probe", help="compile one program with the persistent cache on; print JSON")
-    probe.add_argument("--cache-dir", required=True)
-    probe.add_argument(
-        "--model", default=None, help="a pipeline checkpoint; default: a small stand-in program"
-    )
-    probe.add_argument("--batch", type=int, default=1)
-    probe.add_argument("--height", type=int, default=None, help="default: the checkpoint's")
-    probe.add_argument("--width", type=int, default=None, help="default: the checkpoint's")
-    probe.add_argument("--steps", type=int, default=None, help="default: the checkpoint's")
-    probe.add_argument("--guidance", type=float, default=None, help="default: the checkpoint's")
-    probe.add_argument("--dtype", default="bfloat16")
-    probe.add_argument("--variant", default=None)
-    args = parser.parse_args(argv)
-    print(json.dumps(_probe(args)))
-
-
-if __name__ == "__main__":
-    main()

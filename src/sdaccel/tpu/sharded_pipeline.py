@@ -41,7 +41,7 @@ from jax.sharding import PartitionSpec as P
 from sdaccel.core.checkpoint import open_weights, resolve_checkpoint, torch_key
 from sdaccel.core.contract import GenerationResult, Request, make_timings, to_pil
 from sdaccel.tpu import distributed
-from sdaccel.tpu.compilation import AOTCache, Compiled
+from sdaccel.tpu.aot import AOTCache, Compiled
 from sdaccel.tpu.models import attention
 from sdaccel.tpu.pipeline import JaxPipeline, image_keys, initial_noise
 from sdaccel.tpu.sharding import (
@@ -122,7 +122,7 @@ def _on_mesh(tree, mesh: Mesh) -> bool:
 class ShardedPipeline:
     """A :class:`sdaccel.tpu.pipeline.JaxPipeline` whose denoise-and-decode runs over a mesh, compiled
     ahead of time once per (batch, height, width, steps, guidance on/off) in one
-    :class:`sdaccel.tpu.compilation.AOTCache` (:attr:`cache`).
+    :class:`sdaccel.tpu.aot.AOTCache` (:attr:`cache`).
 
     ``defaults`` and the input checks are the pipeline's (:mod:`sdaccel.core.contract`).
     """
@@ -268,7 +268,7 @@ class ShardedPipeline:
         return self._arguments(request, np.arange(first_index, first_index + request.batch))
 
     def compile(self, args: tuple) -> Compiled:
-        """The AOT-compiled executable (a :class:`sdaccel.tpu.compilation.Compiled`) for these arguments'
+        """The AOT-compiled executable (a :class:`sdaccel.tpu.aot.Compiled`) for these arguments'
         shapes, from :attr:`cache` (compiled under ``jax.set_mesh`` on first use)."""
         return self.cache.compile(*args)
 

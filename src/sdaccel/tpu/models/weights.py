@@ -63,31 +63,15 @@ def load_weights(
         from tqdm.auto import tqdm
 
         items = tqdm(items, desc=progress, unit="tensor", leave=False)
+    # 1. Each parameter: its tensor, in our layout and dtype, placed on the devices
     for path, variable in items:
         if not isinstance(variable, nnx.Param):
             continue
-        ours = torch_key(path)
-        tries = candidates(ours) if candidates else [ours]
-        key = next((k for k in tries if k in reader), None)
-        if key is None:
-            raise CheckpointError(
-                f"Tensor {ours!r} (tried {tries}) is missing from the checkpoint "
-                f"({[str(f.path) for f in reader.files]}); expected shape "
-                f"{tuple(variable.get_value().shape)}. The config and the weights do not match."
-            )
-        array = to_jax_layout(str(path[-1]), reader.get(key))
-        expected = tuple(variable.get_value().shape)
-        if tuple(array.shape) != expected:
-            raise CheckpointError(
-                f"Tensor {key!r} has shape {tuple(reader.shape(key))} in the checkpoint, which is "
-                f"{tuple(array.shape)} in our layout, but the model built from config.json expects {expected}."
-            )
-        target = dtype if (dtype is not None and np.issubdtype(array.dtype, np.floating)) else array.dtype
-        if array.dtype == ml_dtypes.bfloat16 or target != array.dtype:
-            array = array.astype(target)
+        key, array = _read_tensor(reader, path, tuple(variable.get_value().shape), candidates, dtype)
         placed = jax.device_put(array, sharding(path)) if sharding else jnp.asarray(array)
         variable.set_value(placed)
         used.add(key)
+    # 2. What the checkpoint holds and the model does not use
     patterns = [re.compile(p) for p in ignore_unused]
     unused = [k for k in reader.keys() if k not in used and not any(p.search(k) for p in patterns)]
     if unused:
@@ -97,6 +81,36 @@ def load_weights(
             stacklevel=2,
         )
     return nnx.merge(graphdef, state)
+
+
+def _read_tensor(
+    reader: WeightReader,
+    path: tuple,
+    expected: tuple[int, ...],
+    candidates: Callable[[str], list[str]] | None,
+    dtype,
+) -> tuple[str, np.ndarray]:
+    """``(file key, array)`` of the parameter at ``path``: the first of its candidate keys in
+    ``reader``, in our layout, checked against the model's ``expected`` shape, cast to ``dtype``."""
+    ours = torch_key(path)
+    tries = candidates(ours) if candidates else [ours]
+    key = next((k for k in tries if k in reader), None)
+    if key is None:
+        raise CheckpointError(
+            f"Tensor {ours!r} (tried {tries}) is missing from the checkpoint "
+            f"({[str(f.path) for f in reader.files]}); expected shape "
+            f"{expected}. The config and the weights do not match."
+        )
+    array = to_jax_layout(str(path[-1]), reader.get(key))
+    if tuple(array.shape) != expected:
+        raise CheckpointError(
+            f"Tensor {key!r} has shape {tuple(reader.shape(key))} in the checkpoint, which is "
+            f"{tuple(array.shape)} in our layout, but the model built from config.json expects {expected}."
+        )
+    target = dtype if (dtype is not None and np.issubdtype(array.dtype, np.floating)) else array.dtype
+    if array.dtype == ml_dtypes.bfloat16 or target != array.dtype:
+        array = array.astype(target)
+    return key, array
 
 
 def abstract_model(cls, config, seed: int = 0):

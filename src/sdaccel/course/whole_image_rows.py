@@ -1,0 +1,87 @@
+"""The rows of ``benchmarks/bench_whole_image.py``: their keys, their order and the baseline, in one
+place that the script (which measures them) and :mod:`sdaccel.course.whole_image` (which reads its
+JSON into tables) both import.
+
+A row key names one configuration. The few-step OpenVINO rows come once per INT8 recipe of
+``--lcm-variant``: the first recipe keeps the keys :data:`LCM4_LORA_INT8` and
+:data:`LCM4_LORA_INT8_TAESD`, each further one gets ``lcm4_lora_<variant>`` and
+``lcm4_lora_<variant>_taesd`` (:func:`lcm_row_key`), listed right after the first's
+(:func:`row_order`).
+"""
+
+from __future__ import annotations
+
+#: PyTorch fp32, the usual steps with CFG: the baseline of every ratio.
+TORCH_FP32_20 = "torch_fp32_20"
+#: OpenVINO in its fastest float precision, the usual steps.
+OV_FLOAT_20 = "ov_float_20"
+#: OpenVINO with the UNet quantized by one recipe, the usual steps.
+OV_INT8_WEIGHTS_20 = "ov_int8_weights_20"
+OV_HYBRID_20 = "ov_hybrid_20"
+OV_FULL_INT8_20 = "ov_full_int8_20"
+#: OpenVINO, few steps LCM with an LCM-LoRA fused and an INT8 UNet; then with a tiny autoencoder.
+LCM4_LORA_INT8 = "lcm4_lora_int8"
+LCM4_LORA_INT8_TAESD = "lcm4_lora_int8_taesd"
+#: JAX on the CPU in f32, the usual steps; then few steps LCM, the LoRA fused, a tiny autoencoder.
+JAX_FP32_20 = "jax_fp32_20"
+JAX_LCM4_LORA_TAESD = "jax_lcm4_lora_taesd"
+
+#: The rows, in the order the tables show them.
+ROWS = (
+    TORCH_FP32_20,
+    OV_FLOAT_20,
+    OV_INT8_WEIGHTS_20,
+    OV_HYBRID_20,
+    OV_FULL_INT8_20,
+    LCM4_LORA_INT8,
+    LCM4_LORA_INT8_TAESD,
+    JAX_FP32_20,
+    JAX_LCM4_LORA_TAESD,
+)
+#: The row every ratio is taken against.
+BASELINE = TORCH_FP32_20
+#: The few-step OpenVINO rows that come once per ``--lcm-variant`` recipe.
+LCM_ROWS = (LCM4_LORA_INT8, LCM4_LORA_INT8_TAESD)
+#: What the keys of the few-step OpenVINO rows of every recipe start with.
+LCM_PREFIX = "lcm4_lora_"
+
+
+def lcm_row_key(key: str, index: int, variant: str) -> str:
+    """The row key of an ``lcm4_lora_int8*`` row for the ``index``-th ``--lcm-variant``: the first
+    keeps the key (``lcm4_lora_int8``, whatever its recipe: the title names it), the others are
+    ``lcm4_lora_<variant>`` (``lcm4_lora_full_int8_taesd``), listed after it."""
+    return key if index == 0 else key.replace(LCM4_LORA_INT8, f"{LCM_PREFIX}{variant}", 1)
+
+
+def ov_row_key(variant: str) -> str:
+    """The key of the OpenVINO row of the usual steps whose UNet is ``variant``: ``ov_<variant>_20``."""
+    return f"ov_{variant}_20"
+
+
+def ov_row_variant(key: str) -> str | None:
+    """The UNet variant of an ``ov_<variant>_20`` row (``"float"`` for :data:`OV_FLOAT_20`);
+    ``None`` for any other key."""
+    if key.startswith("ov_") and key.endswith("_20"):
+        return key[3:-3]
+    return None
+
+
+def is_openvino(key: str) -> bool:
+    """Whether the row runs OpenVINO (the ``ov_*`` rows and the few-step ``lcm4*`` rows)."""
+    return key.startswith(("ov_", "lcm4"))
+
+
+def is_few_step(key: str) -> bool:
+    """Whether the row runs the few LCM steps (``settings["few_steps"]``) rather than the usual ones."""
+    return "lcm" in key
+
+
+def row_order(key: str) -> float:
+    """Where a row key sorts: :data:`ROWS`' order; the few-step OpenVINO rows of further INT8
+    recipes (``lcm4_lora_<variant>``, ``lcm4_lora_<variant>_taesd``) right after the first
+    recipe's; any other key last."""
+    if key in ROWS:
+        return ROWS.index(key)
+    if key.startswith(LCM_PREFIX):
+        return ROWS.index(LCM4_LORA_INT8_TAESD) + 0.5
+    return len(ROWS)

@@ -1,0 +1,113 @@
+"""Compiling a JAX function ahead of time: once per input signature, timed, with XLA's FLOP count.
+
+``jax.jit(f)`` compiles on its first call, inside it; :func:`aot_compile` does it up front with
+``jax.jit(f).lower(*args).compile()`` and times lowering and compiling separately, on arrays or
+on ``jax.ShapeDtypeStruct`` (nothing runs). :class:`AOTCache` keeps one such executable per input
+signature: it is the one compile cache of :class:`sdaccel.tpu.pipeline.JaxPipeline` and
+:class:`sdaccel.tpu.sharded_pipeline.ShardedPipeline`. :func:`xla_flops` reads XLA's FLOP count
+of a compiled program (see its caveats).
+
+This module sits below the pipelines; measuring them (timers, utilisation, the persistent
+compilation cache and its probe) is :mod:`sdaccel.tpu.compilation`, above them.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from contextlib import nullcontext
+from dataclasses import dataclass
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+
+@dataclass
+class Compiled:
+    """An ahead-of-time compiled executable and what it cost to make."""
+
+    executable: Any
+    lower_s: float
+    compile_s: float
+    flops: float | None  # per device, loop bodies once: see xla_flops
+
+    def __call__(self, *args):
+        return self.executable(*args)
+
+
+def aot_compile(fn: Callable, *args, **jit_kwargs) -> Compiled:
+    """``jax.jit(fn, **jit_kwargs).lower(*args).compile()``, timed in its two stages.
+
+    ``fn`` may already be a ``jax.jit`` function (its own shardings are kept). ``args`` may be
+    arrays or ``jax.ShapeDtypeStruct`` (with ``sharding=``): nothing runs, only shapes matter.
+    The executable then accepts exactly those shapes, dtypes and shardings, and never recompiles.
+    """
+    jitted = fn if hasattr(fn, "lower") and not jit_kwargs else jax.jit(fn, **jit_kwargs)
+    start = time.perf_counter()
+    lowered = jitted.lower(*args)
+    lowered_at = time.perf_counter()
+    executable = lowered.compile()
+    done = time.perf_counter()
+    return Compiled(executable, lowered_at - start, done - lowered_at, xla_flops(executable))
+
+
+def _dtype(x) -> np.dtype:
+    dtype = getattr(x, "dtype", None)
+    return jnp.dtype(dtype) if dtype is not None else jnp.result_type(x)
+
+
+class AOTCache:
+    """``jax.jit(fn, **jit_kwargs)``, compiled ahead of time (:func:`aot_compile`) once per input
+    signature: the tree structure and every leaf's shape, dtype and sharding. The one compile cache
+    of :class:`sdaccel.tpu.pipeline.JaxPipeline` and :class:`sdaccel.tpu.sharded_pipeline.ShardedPipeline`.
+
+    ``compile_s`` adds up the seconds spent lowering and compiling (read it before and after a
+    call to see what the call compiled). ``mesh``: compile under ``jax.set_mesh(mesh)``.
+    """
+
+    def __init__(self, fn: Callable, *, mesh=None, **jit_kwargs):
+        self.jitted = jax.jit(fn, **jit_kwargs)
+        self.mesh = mesh
+        self.executables: dict[tuple, Compiled] = {}
+        self.compile_s = 0.0
+
+    @staticmethod
+    def signature(args) -> tuple:
+        leaves, treedef = jax.tree.flatten(args)
+        return treedef, tuple((tuple(np.shape(x)), _dtype(x), getattr(x, "sharding", None)) for x in leaves)
+
+    def compile(self, *args) -> Compiled:
+        """The executable for these arguments (arrays or ``jax.ShapeDtypeStruct``), compiled on
+        first use."""
+        key = self.signature(args)
+        if key not in self.executables:
+            with jax.set_mesh(self.mesh) if self.mesh is not None else nullcontext():
+                compiled = aot_compile(self.jitted, *args)
+            self.compile_s += compiled.lower_s + compiled.compile_s
+            self.executables[key] = compiled
+        return self.executables[key]
+
+    def __call__(self, *args):
+        return self.compile(*args)(*args)
+
+    def __len__(self) -> int:
+        return len(self.executables)
+
+    def clear(self) -> None:
+        """Drop every executable (and the device memory they hold)."""
+        self.executables.clear()
+
+
+def xla_flops(executable) -> float | None:
+    """FLOPs of one call as XLA's cost model counts them, or ``None`` where the backend has no
+    cost model. Per device for a partitioned program; a loop body counts once."""
+    try:
+        analysis = executable.cost_analysis()
+    except NotImplementedError:
+        return None
+    if isinstance(analysis, list | tuple):  # older jax: one dict per program
+        analysis = analysis[0] if analysis else {}
+    flops = (analysis or {}).get("flops")
+    return float(flops) if flops is not None and flops >= 0 else None

@@ -1,0 +1,118 @@
+"""sdaccel.course.run_profiles: the smoke and full profiles, the notebooks' start cell, make lab."""
+
+import json
+
+import pytest
+
+from sdaccel.course import run_notebooks, run_profiles
+
+#: The notebooks' own smoke settings.
+SMOKE = dict(run_profiles.SMOKE)
+
+
+def test_every_notebook_has_smoke_settings_and_only_there():
+    """One source: sdaccel.course.run_profiles.SMOKE, not the notebooks' metadata."""
+    stems = [nb.stem for nb in run_notebooks.discover()]
+    assert sorted(SMOKE) == sorted(stems)
+    for nb in run_notebooks.discover():
+        assert "profiles" not in json.loads(nb.read_text())["metadata"].get("sdaccel", {}), (
+            f"{nb.name} keeps smoke settings in its metadata: they live in sdaccel/course/run_profiles.py"
+        )
+
+
+def test_the_active_profile_comes_from_the_environment():
+    assert run_profiles.active_profile({}) == "full"
+    assert run_profiles.active_profile({"SDACCEL_PROFILE": "smoke"}) == "smoke"
+    with pytest.raises(ValueError, match=r"Unknown profile 'fast'.*SDACCEL_PROFILE=smoke"):
+        run_profiles.active_profile({"SDACCEL_PROFILE": "fast"})
+    smoke = run_profiles.KERNEL_ENV["smoke"]
+    assert smoke["SDACCEL_PROFILE"] == "smoke" and smoke["JAX_PLATFORMS"] == "cpu"
+    assert "agg" not in smoke["MPLBACKEND"], "agg leaves every plt.show() without an output"
+
+
+def test_devices_are_described_without_starting_jax():
+    line = run_profiles.describe_devices(run_profiles.KERNEL_ENV["smoke"])
+    assert line.startswith("JAX on the CPU with 8 simulated device(s); CPU: ")
+    assert run_profiles.describe_devices({"JAX_PLATFORMS": "cpu"}).startswith("JAX on the CPU with 1 ")
+
+
+def test_start_applies_the_same_values_as_papermill(monkeypatch, capsys, tmp_path):
+    monkeypatch.setenv("SDACCEL_PROFILE", "smoke")
+    monkeypatch.setenv("SDACCEL_CHECKPOINTS", str(tmp_path))
+    namespace = {"MODEL_ID": "stabilityai/stable-diffusion-xl-base-1.0", "STEPS": 20, "SEED": 0}
+    started = run_profiles.start("01_sdxl_in_jax", namespace)
+    expected = run_profiles.overrides("01_sdxl_in_jax", "smoke", tmp_path)
+    assert started.overrides == expected and started.profile == "smoke"
+    assert namespace["MODEL_ID"] == f"{run_profiles.REPO}/checkpoints/tiny-shapes-sdxl"
+    assert namespace["HEIGHT"] == 32 and namespace["SEED"] == 0, "only the profile's keys change"
+    again = dict(namespace)
+    run_profiles.start("01_sdxl_in_jax", again)  # after papermill's injection: nothing changes
+    assert again == namespace
+    out = capsys.readouterr().out
+    assert out.startswith("Profile smoke: 12 settings swapped for the 1 M-parameter tiny-shapes checkpoints.")
+    assert "Devices: JAX on the CPU with" in out or "Devices: JAX on" in out
+
+    monkeypatch.delenv("SDACCEL_PROFILE")
+    untouched = {"MODEL_ID": "stabilityai/stable-diffusion-xl-base-1.0"}
+    assert run_profiles.start("01_sdxl_in_jax", untouched).overrides == {}
+    assert untouched == {"MODEL_ID": "stabilityai/stable-diffusion-xl-base-1.0"}
+    assert capsys.readouterr().out.startswith("Profile full: the parameters cell as written")
+
+
+def test_overrides_fill_the_folders_and_the_full_profile_has_none(tmp_path, monkeypatch):
+    monkeypatch.setitem(
+        run_profiles.SMOKE,
+        "99_x",
+        {"MODEL_ID": "{checkpoints}/tiny-a", "PATHS": ["{repo}/b", "{checkpoints}/c"], "STEPS": 2},
+    )
+    assert run_profiles.overrides("99_x", "smoke", tmp_path) == {
+        "MODEL_ID": f"{tmp_path}/tiny-a",
+        "PATHS": [f"{run_profiles.REPO}/b", f"{tmp_path}/c"],
+        "STEPS": 2,
+    }
+    real = run_profiles.overrides("01_sdxl_in_jax", "smoke", tmp_path)
+    assert real["MODEL_ID"] == f"{run_profiles.REPO}/checkpoints/tiny-shapes-sdxl" and real["HEIGHT"] == 32
+    assert run_profiles.overrides("01_sdxl_in_jax", "full") == {}
+    with pytest.raises(KeyError, match="No smoke settings for '98_nope'"):
+        run_profiles.overrides("98_nope", "smoke")
+    with pytest.raises(ValueError, match="Unknown profile 'fast'"):
+        run_profiles.overrides("01_sdxl_in_jax", "fast")
+
+
+def test_tiny_checkpoints_needed_are_the_checkpoints_folder_names(monkeypatch):
+    monkeypatch.setitem(
+        run_profiles.SMOKE, "99_x", {"MODEL_ID": "{checkpoints}/tiny-a", "OTHER": ["{checkpoints}/tiny-b", 3]}
+    )
+    assert run_profiles.tiny_checkpoints_needed("99_x") == {"tiny-a", "tiny-b"}
+    assert run_profiles.tiny_checkpoints_needed("98_unknown") == set()
+
+
+def test_default_checkpoints_follow_the_environment(monkeypatch, tmp_path):
+    monkeypatch.setenv(run_profiles.CHECKPOINTS_VAR, str(tmp_path))
+    assert run_profiles.default_checkpoints() == tmp_path
+    monkeypatch.delenv(run_profiles.CHECKPOINTS_VAR)
+    assert run_profiles.default_checkpoints() == run_profiles.REPO / "build" / "checkpoints"
+
+
+def test_make_lab_starts_jupyter_with_the_smoke_kernel_environment():
+    argv, environ = run_profiles.lab_command("smoke", ["--no-browser"], environ={"PATH": "/usr/bin"})
+    assert argv[1:] == ["lab", "--no-browser", str(run_profiles.REPO / "notebooks")]
+    assert argv[0].endswith("jupyter")
+    assert environ["SDACCEL_PROFILE"] == "smoke" and environ["JAX_PLATFORMS"] == "cpu"
+    assert environ["XLA_FLAGS"] == "--xla_force_host_platform_device_count=8"
+    assert environ["PATH"] == "/usr/bin", "the rest of the environment is kept"
+    with pytest.raises(ValueError, match="Unknown profile"):
+        run_profiles.lab_command("fast", [])
+
+
+def test_a_busy_tpu_error_comes_with_the_fix():
+    busy = RuntimeError(
+        "Unable to initialize backend 'tpu': ABORTED: The TPU is already in use by process with pid 4242. "
+        "Not attempting to load libtpu.so in this process."
+    )
+    assert run_profiles.tpu_busy_hint(busy).startswith("Only one process at a time can hold a TPU VM's chips")
+    assert "Kernel > Shut Down Kernel" in run_profiles.tpu_busy_hint(busy)
+    assert run_profiles.tpu_busy_hint(RuntimeError("open(/dev/vfio/0): Device or resource busy")) is not None
+    assert (
+        run_profiles.tpu_busy_hint(RuntimeError("Unable to initialize backend 'tpu': no TPU found")) is None
+    )

@@ -1,0 +1,69 @@
+"""The PyTorch wrappers that the exporters trace (``sdaccel.cpu.torch_modules``): each returns what
+the diffusers/transformers module it wraps computes, as plain tensors in the export's order."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from sdaccel.cpu import torch_modules as TM  # noqa: E402
+from sdaccel.cpu.deepcache import cached_shape  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def unet(tiny_sd15):
+    from diffusers import UNet2DConditionModel
+
+    return UNet2DConditionModel.from_pretrained(tiny_sd15 / "unet", dtype=torch.float32).eval()
+
+
+@pytest.fixture(scope="module")
+def unet_inputs(unet):
+    generator = torch.Generator().manual_seed(0)
+    sample = torch.randn(2, unet.config.in_channels, 8, 8, generator=generator)
+    context = torch.randn(2, 77, unet.config.cross_attention_dim, generator=generator)
+    return sample, torch.tensor([500], dtype=torch.int64), context
+
+
+@torch.no_grad()
+def test_the_unet_wrapper_is_the_unet(unet, unet_inputs):
+    expected = unet(*unet_inputs, return_dict=False)[0]
+    torch.testing.assert_close(TM.UNet(unet)(*unet_inputs), expected)
+
+
+@torch.no_grad()
+def test_deepcache_full_and_shallow_are_the_unet_cut_in_two(unet, unet_inputs):
+    expected = unet(*unet_inputs, return_dict=False)[0]
+    out, cached = TM.DeepCacheFull(unet)(*unet_inputs)
+    torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5)
+    assert tuple(cached.shape) == cached_shape(dict(unet.config), 2, 8, 8)
+    # the shallow UNet on the feature of the same step gives the full UNet's output back
+    shallow = TM.DeepCacheShallow(unet)(*unet_inputs, cached=cached)
+    torch.testing.assert_close(shallow, expected, rtol=1e-5, atol=1e-5)
+
+
+@torch.no_grad()
+def test_the_text_encoder_wrapper_puts_hidden_states_last(tiny_sd15):
+    import transformers
+
+    model = transformers.CLIPTextModel.from_pretrained(tiny_sd15 / "text_encoder", dtype=torch.float32).eval()
+    ids = torch.arange(77, dtype=torch.int64)[None] % model.config.vocab_size
+    outputs = TM.TextEncoder(model, with_projection=False)(ids)
+    reference = model(input_ids=ids, output_hidden_states=True)
+    assert len(outputs) == 2 + model.config.num_hidden_layers + 1
+    torch.testing.assert_close(outputs[0], reference.last_hidden_state)
+    torch.testing.assert_close(outputs[1], reference.pooler_output)
+    torch.testing.assert_close(outputs[-1], reference.hidden_states[-1])
+
+
+@torch.no_grad()
+def test_the_vae_wrappers_decode_and_encode_as_the_vae(tiny_sd15):
+    from diffusers import AutoencoderKL
+
+    vae = AutoencoderKL.from_pretrained(tiny_sd15 / "vae", dtype=torch.float32).eval()
+    latents = torch.randn(1, vae.config.latent_channels, 4, 4, generator=torch.Generator().manual_seed(1))
+    torch.testing.assert_close(TM.VAEDecoder(vae)(latents), vae.decode(latents).sample)
+    image = TM.VAEDecoder(vae)(latents).clamp(-1, 1)
+    moments = TM.VAEEncoder(vae)(image)
+    torch.testing.assert_close(moments, vae.quant_conv(vae.encoder(image)))
