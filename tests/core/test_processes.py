@@ -47,11 +47,14 @@ import sys, threading, time
 import psutil
 from sdaccel.core.processes import run_with_memory_limit
 
-def report():
+def report():  # the function's child, not multiprocessing's resource tracker (started first)
     me = psutil.Process()
-    while not me.children():
+    while True:
+        ours = [c for c in me.children() if "spawn_main" in " ".join(c.cmdline())]
+        if ours:
+            print(ours[0].pid, flush=True)
+            return
         time.sleep(0.05)
-    print(me.children()[0].pid, flush=True)
 
 threading.Thread(target=report, daemon=True).start()
 try:

@@ -156,16 +156,37 @@ def run_with_memory_limit(
     address_space = int(address_space_gb * 2**30) if address_space_gb else 0
     process = context.Process(target=_child_main, args=(child, fn, args, kwargs, address_space, os.getpid()))
     start = time.perf_counter()
-    process.start()
-    child.close()
     try:
+        _start_uninterrupted(process)
+        child.close()
         run = _watch(process, parent, start, limit_gb, poll_s, timeout_s, psutil)
     except BaseException:  # interrupted (KeyboardInterrupt) or failed here: the child goes too
-        if process.is_alive():
+        if process.pid is not None and process.is_alive():
             process.kill()
-        process.join()
+        if process.pid is not None:
+            process.join()
         raise
     return run
+
+
+def _start_uninterrupted(process) -> None:
+    """``process.start()`` with Ctrl-C held back until the child is started and tracked.
+
+    A ``KeyboardInterrupt`` raised inside ``start()`` could leave a child that ``multiprocessing``
+    already tracks but that this call never kills: the interpreter then waits for it at exit.
+    Python runs signal handlers in the main thread only, so there the handler is swapped for one
+    that notes the interrupt, which is raised as soon as ``start()`` has returned."""
+    if threading.current_thread() is not threading.main_thread():
+        process.start()
+        return
+    interrupted = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: interrupted.append(signum))
+    try:
+        process.start()
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if interrupted:
+        raise KeyboardInterrupt
 
 
 def _watch(process, parent, start, limit_gb, poll_s, timeout_s, psutil) -> ChildRun:

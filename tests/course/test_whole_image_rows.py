@@ -1,0 +1,45 @@
+"""sdaccel.course.whole_image_rows: the row keys of benchmarks/bench_whole_image.py, their order and
+the keys of the further INT8 recipes' few-step rows."""
+
+import pytest
+
+from sdaccel.course import whole_image_rows as rows
+
+
+def test_the_rows_are_unique_and_start_from_the_baseline():
+    assert len(set(rows.ROWS)) == len(rows.ROWS)
+    assert rows.ROWS[0] == rows.BASELINE == "torch_fp32_20"
+    assert set(rows.LCM_ROWS) <= set(rows.ROWS)
+
+
+def test_the_first_recipe_keeps_the_key_and_the_others_get_their_own():
+    assert rows.lcm_row_key("lcm4_lora_int8", 0, "full_int8") == "lcm4_lora_int8"
+    assert rows.lcm_row_key("lcm4_lora_int8", 1, "full_int8") == "lcm4_lora_full_int8"
+    assert rows.lcm_row_key("lcm4_lora_int8_taesd", 2, "hybrid") == "lcm4_lora_hybrid_taesd"
+
+
+@pytest.mark.parametrize(
+    ("variant", "key"), [("float", "ov_float_20"), ("hybrid", "ov_hybrid_20"), ("full_int8", "ov_full_int8_20")]
+)
+def test_openvino_row_keys_and_their_variant(variant, key):
+    assert rows.ov_row_key(variant) == key
+    assert rows.ov_row_variant(key) == variant
+    assert rows.is_openvino(key) and not rows.is_few_step(key)
+
+
+def test_other_keys_have_no_openvino_variant():
+    assert rows.ov_row_variant("jax_fp32_20") is None
+    assert rows.ov_row_variant("torch_fp32_20") is None
+    assert not rows.is_openvino("jax_lcm4_lora_taesd") and rows.is_few_step("jax_lcm4_lora_taesd")
+    assert rows.is_openvino("lcm4_lora_full_int8_taesd")
+
+
+def test_further_recipes_sort_after_the_first_and_unknown_keys_last():
+    keys = ["zzz", "lcm4_lora_full_int8_taesd", "jax_fp32_20", "torch_fp32_20", "lcm4_lora_int8_taesd"]
+    assert sorted(keys, key=rows.row_order) == [
+        "torch_fp32_20",
+        "lcm4_lora_int8_taesd",
+        "lcm4_lora_full_int8_taesd",
+        "jax_fp32_20",
+        "zzz",
+    ]
