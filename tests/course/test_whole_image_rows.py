@@ -19,7 +19,8 @@ def test_the_first_recipe_keeps_the_key_and_the_others_get_their_own():
 
 
 @pytest.mark.parametrize(
-    ("variant", "key"), [("float", "ov_float_20"), ("hybrid", "ov_hybrid_20"), ("full_int8", "ov_full_int8_20")]
+    ("variant", "key"),
+    [("float", "ov_float_20"), ("hybrid", "ov_hybrid_20"), ("full_int8", "ov_full_int8_20")],
 )
 def test_openvino_row_keys_and_their_variant(variant, key):
     assert rows.ov_row_key(variant) == key
