@@ -58,6 +58,8 @@ import time
 from importlib import resources
 from pathlib import Path
 
+from sdaccel.core.timing import time_calls
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -209,21 +211,15 @@ def torch_unet_step(batch: int, latent: int, repeats: int) -> dict:
     def call():
         return unet(sample, x["timestep"], x["encoder_hidden_states"], added_cond_kwargs=added).sample
 
-    runs = []
     with torch.inference_mode():
-        start = time.perf_counter()
-        out = call()
-        first_s = time.perf_counter() - start
-        for _ in range(repeats):
-            start = time.perf_counter()
-            call()
-            runs.append(time.perf_counter() - start)
+        timing = time_calls(call, repeats=repeats, keep_results=True)  # the first call, then `repeats`
+        out = timing.results[-1] if timing.results else call()
     return {
         "params": sum(p.numel() for p in unet.parameters()),
         "init_s": init_s,
-        "first_s": first_s,
-        "step_s": statistics.median(runs),
-        "steps_s": runs,
+        "first_s": timing.first_s,
+        "step_s": timing.run_s,
+        "steps_s": timing.runs_s,
         "threads": torch.get_num_threads(),
         "output_finite": bool(torch.isfinite(out).all()),
     }
