@@ -22,6 +22,7 @@ def measure(
     checkpoint: str | os.PathLike,
     workdir: str | os.PathLike | None = None,
     *,
+    export_dir: str | os.PathLike | None = None,
     num_prompts: int = 48,
     steps: int = 20,
     guidance_scale: float = 6.0,
@@ -45,9 +46,11 @@ def measure(
     (whole pipeline, and the UNet alone).
 
     INT8 calibration uses ``calibration_prompts`` prompts of the *training* split (never the
-    held-out ones), ``calibration_samples`` UNet inputs spread over them and the steps. Exports,
-    calibration data and quantized IRs go to ``workdir`` (default ``build/deepcache/<name>``);
-    a comparison grid of the first ``grid_columns`` prompts is saved there as ``grid.png``.
+    held-out ones), ``calibration_samples`` UNet inputs spread over them and the steps. Calibration
+    data and quantized IRs go to ``workdir`` (default ``build/deepcache/<name>``), and so does the
+    f32 export unless ``export_dir`` names one to use (an f32 export of the same checkpoint, such as
+    the folder notebooks 04 and 05 share, is reused as it is; the DeepCache IRs go into it); a
+    comparison grid of the first ``grid_columns`` prompts is saved in ``workdir`` as ``grid.png``.
     """
     from sdaccel.cpu.export import export_pipeline, text_to_image_components
     from sdaccel.cpu.pipeline import OVPipeline
@@ -57,7 +60,10 @@ def measure(
     src = resolve_checkpoint(checkpoint)
     work = Path(workdir) if workdir else Path("build/deepcache") / src.name
     export = export_pipeline(
-        src, work / "export", components=text_to_image_components(src), progress=progress
+        src,
+        Path(export_dir) if export_dir else work / "export",
+        components=text_to_image_components(src),
+        progress=progress,
     )
     deep = export_deepcache(src, export)
     call = {"steps": steps, "guidance_scale": guidance_scale, "height": size, "width": size}
