@@ -63,7 +63,7 @@ GROUPS = {
 }
 
 
-#: Groups that take long, with their worker-seconds on a 2-core CI machine running two workers
+#: Groups that take long, with their worker-seconds on a 2-core CI machine running two or three workers
 #: (``make test``'s ``--durations``, rounded): they start first, the longest first, after the two
 #: notebook groups, which start before anything else, one on each worker (the site, at the end of
 #: ``"notebooks-cpu"``, then finds 00-03 executed instead of waiting for them). A group not named
