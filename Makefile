@@ -8,10 +8,10 @@ PYTHON ?= python3.11
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
-# pytest-xdist workers for make test (each worker loads its own JAX, PyTorch and OpenVINO). Three on
-# two cores: many tests wait on child processes and notebook kernels, and a third worker fills those
-# waits (.ci/run on a fresh clone, 2 cores: 19.5 min with three, 19.3-21.2 min with two)
-TEST_WORKERS ?= 3
+# pytest-xdist workers for make test (each worker loads its own JAX, PyTorch and OpenVINO). On two
+# cores a third worker did not pay (.ci/run on a fresh clone: 19.5 and 21.0 min with three, 19.3 and
+# 21.2 min with two) and loads the machine more.
+TEST_WORKERS ?= 2
 
 LAB_PROFILE ?= smoke
 
