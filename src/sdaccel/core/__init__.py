@@ -42,6 +42,13 @@ layout, write kohya files.
 
 - :func:`check_writable`, :func:`staged_folder`, :func:`publish_folder`, :func:`link_tree`
 - :func:`replace_text`, :func:`replace_json`
+- :func:`writer_lock`, :func:`lock_path`, :func:`clear_leftovers`, :func:`leftover_patterns`
+- :func:`free_bytes`, :func:`require_free_space`
+
+:mod:`sdaccel.core.faults`: named points where a test injects a fault from outside (a kill, an
+interrupt, a full disk) into a long write.
+
+- :func:`fault_point`, :func:`parse_fault`; :data:`FAULT_ENV`, :data:`FAULT_KINDS`
 
 ## Child processes
 
@@ -110,6 +117,7 @@ from sdaccel.core.contract import (
     vae_scale_factor,
 )
 from sdaccel.core.env import CPU_FLAGS, PACKAGES, cpu_features, cpu_model, package_versions
+from sdaccel.core.faults import FAULT_ENV, FAULT_KINDS, fault_point, parse_fault
 from sdaccel.core.lora_files import (
     LoraAdapter,
     LoraError,
@@ -123,11 +131,17 @@ from sdaccel.core.lora_files import (
 from sdaccel.core.processes import ChildRun, run_with_memory_limit
 from sdaccel.core.staging import (
     check_writable,
+    clear_leftovers,
+    free_bytes,
+    leftover_patterns,
     link_tree,
+    lock_path,
     publish_folder,
     replace_json,
     replace_text,
+    require_free_space,
     staged_folder,
+    writer_lock,
 )
 from sdaccel.core.tables import markdown_table
 from sdaccel.core.timing import Timing, median, time_calls
@@ -188,6 +202,16 @@ __all__ = [
     "link_tree",
     "replace_text",
     "replace_json",
+    "writer_lock",
+    "lock_path",
+    "clear_leftovers",
+    "leftover_patterns",
+    "free_bytes",
+    "require_free_space",
+    "fault_point",
+    "parse_fault",
+    "FAULT_ENV",
+    "FAULT_KINDS",
     # Child processes
     "ChildRun",
     "run_with_memory_limit",

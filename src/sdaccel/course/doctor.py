@@ -28,6 +28,7 @@ from pathlib import Path
 
 from sdaccel.core import env
 from sdaccel.core.checkpoint import allow_patterns
+from sdaccel.core.staging import free_bytes
 from sdaccel.course import resources
 
 REPO = Path(__file__).resolve().parents[3]
@@ -534,7 +535,7 @@ def run_checks(
     to_download = download_gib(models, cached) if profile == "full" else 0.0
     checks.append(
         check_disk(
-            resources.free_bytes(REPO),
+            free_bytes(REPO),
             resources.totals(chosen, profile).disk_gib + to_download,
             REPO,
             profile,
@@ -567,7 +568,7 @@ def full_profile_gaps(
         check_hub(reachable, error, token, "full"),
         check_models(models, cached, bool(reachable), "full"),
         check_memory(available_bytes, need.ram_gib, "full"),
-        check_disk(resources.free_bytes(REPO), need.disk_gib + download_gib(models, cached), REPO, "full"),
+        check_disk(free_bytes(REPO), need.disk_gib + download_gib(models, cached), REPO, "full"),
     ]
     if numbers & JAX_NOTEBOOKS - {"00"} and not tpu_devices:
         candidates.append(

@@ -18,12 +18,12 @@ pre-flight check and the downloader do it.
 from __future__ import annotations
 
 import os
-import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 from sdaccel.core.checkpoint import LORA_FILES, TINY_VAE_FILES, allow_patterns
+from sdaccel.core.staging import free_bytes
 
 PROFILES = ("smoke", "full")
 
@@ -240,23 +240,9 @@ class Disk:
         return max(self.need_bytes - self.free_bytes, 0)
 
 
-def existing_folder(path: str | os.PathLike) -> Path:
-    """``path``, or its nearest parent that exists (a cache folder may not be made yet)."""
-    probe = Path(path)
-    while not probe.exists():
-        probe = probe.parent
-    return probe
-
-
-def free_bytes(path: str | os.PathLike) -> int:
-    """The free bytes of the disk that holds ``path`` (or its nearest existing parent)."""
-    return shutil.disk_usage(existing_folder(path)).free
-
-
 def disk_shortfall(
     path: str | os.PathLike, need_bytes: float, read_free: Callable[[Path], int] | None = None
 ) -> Disk:
     """The free bytes at ``path`` against ``need_bytes``: read on the nearest existing folder by
-    ``read_free`` (default: :func:`free_bytes`; tests pass a fake), compared in :attr:`Disk.short`."""
-    probe = existing_folder(path)
-    return Disk(Path(path), (read_free or free_bytes)(probe), need_bytes)
+    ``read_free`` (default: :func:`sdaccel.core.staging.free_bytes`; tests pass a fake), compared in :attr:`Disk.short`."""
+    return Disk(Path(path), (read_free or free_bytes)(path), need_bytes)
