@@ -28,6 +28,7 @@ collection fails when a mark and :func:`group_of` disagree.
 """
 
 import fcntl
+import json
 import os
 from collections import Counter
 from contextlib import contextmanager
@@ -311,3 +312,101 @@ def smoke_notebook(testrun_uid):
         return got
 
     return run
+
+
+class PeftLora:
+    """Make a LoRA adapter with peft on a tiny checkpoint, the way a user's training would: random,
+    non-zero factors on every UNet target (attention, feed-forward, resnet convolutions 3x3 and 1x1,
+    embeddings, samplers) and on every text encoder's attention and MLP, saved by diffusers'
+    ``save_lora_weights`` (the diffusers/peft layout, with peft's config as metadata). Shared by the
+    tests of reading LoRA files (tests/core/test_lora_files.py) and of fusing them
+    (tests/tpu/test_lora.py)."""
+
+    UNET_TARGETS = [
+        "to_q",
+        "to_k",
+        "to_v",
+        "to_out.0",
+        "proj_in",
+        "proj_out",
+        "ff.net.2",
+        "conv1",
+        "conv2",
+        "conv_shortcut",
+        "time_emb_proj",
+        "conv",  # the down- and upsamplers
+        "conv_in",
+        "conv_out",
+        "time_embedding.linear_1",
+        "add_embedding.linear_2",
+    ]
+    TEXT_TARGETS = ["q_proj", "k_proj", "v_proj", "out_proj", "fc1", "fc2"]
+    UNET_RANK, UNET_ALPHA, TEXT_RANK, TEXT_ALPHA = 4, 8, 2, 1
+
+    def make(self, checkpoint: Path, folder: Path) -> tuple[Path, dict]:
+        """The adapter file written into ``folder``, and the deltas peft computes for it
+        (``get_delta_weight``), by (component, module)."""
+        import diffusers
+        import peft
+        import torch
+        from peft import LoraConfig, inject_adapter_in_model
+        from peft.utils import get_peft_model_state_dict
+
+        # 1. The pipeline, with the adapters added (transformers' own add_adapter needs peft >= 0.22,
+        #    which is not published: peft's inject_adapter_in_model does the same for the encoders)
+        torch.manual_seed(0)
+        index = json.loads((Path(checkpoint) / "model_index.json").read_text())
+        pipe = getattr(diffusers, index["_class_name"]).from_pretrained(str(checkpoint), dtype=torch.float32)
+        ucfg = LoraConfig(
+            r=self.UNET_RANK,
+            lora_alpha=self.UNET_ALPHA,
+            init_lora_weights=False,
+            target_modules=self.UNET_TARGETS,
+        )
+        tcfg = LoraConfig(
+            r=self.TEXT_RANK,
+            lora_alpha=self.TEXT_ALPHA,
+            init_lora_weights=False,
+            target_modules=self.TEXT_TARGETS,
+        )
+        pipe.unet.add_adapter(ucfg)
+        encoders = {
+            name: getattr(pipe, name)
+            for name in ("text_encoder", "text_encoder_2")
+            if getattr(pipe, name, None)
+        }
+        for model in encoders.values():
+            inject_adapter_in_model(tcfg, model)
+
+        # 2. Small updates, so the pictures stay pictures
+        with torch.no_grad():
+            for model in [pipe.unet, *encoders.values()]:
+                for name, param in model.named_parameters():
+                    if "lora_B" in name:
+                        param.mul_(0.3)
+
+        # 3. peft's own deltas, to compare with
+        deltas = {}
+        for component, model in {"unet": pipe.unet, **encoders}.items():
+            for name, module in model.named_modules():
+                if isinstance(module, peft.tuners.lora.LoraLayer):
+                    with torch.no_grad():
+                        deltas[(component, name)] = module.get_delta_weight("default").numpy()
+
+        # 4. The diffusers file
+        kwargs = {
+            "unet_lora_layers": get_peft_model_state_dict(pipe.unet),
+            "unet_lora_adapter_metadata": ucfg.to_dict(),
+        }
+        for name, model in encoders.items():
+            kwargs[f"{name}_lora_layers"] = get_peft_model_state_dict(model)
+            kwargs[f"{name}_lora_adapter_metadata"] = tcfg.to_dict()
+        type(pipe).save_lora_weights(str(folder), **kwargs)
+        return Path(folder) / "pytorch_lora_weights.safetensors", deltas
+
+
+@pytest.fixture(scope="session")
+def peft_lora() -> PeftLora:
+    pytest.importorskip("peft")
+    pytest.importorskip("diffusers")
+    return PeftLora()

@@ -21,26 +21,6 @@ from sdaccel.core import lora_files
 from sdaccel.core.checkpoint import open_weights
 
 CHECKPOINT = Path(__file__).resolve().parents[2] / "checkpoints" / "tiny-shapes-sdxl"
-UNET_TARGETS = [
-    "to_q",
-    "to_k",
-    "to_v",
-    "to_out.0",
-    "proj_in",
-    "proj_out",
-    "ff.net.2",
-    "conv1",
-    "conv2",
-    "conv_shortcut",
-    "time_emb_proj",
-    "conv",  # the down- and upsamplers
-    "conv_in",
-    "conv_out",
-    "time_embedding.linear_1",
-    "add_embedding.linear_2",
-]
-TEXT_TARGETS = ["q_proj", "k_proj", "v_proj", "out_proj", "fc1", "fc2"]
-UNET_RANK, UNET_ALPHA, TEXT_RANK, TEXT_ALPHA = 4, 8, 2, 1
 
 
 def checkpoint_targets(src: Path) -> dict[str, dict[str, tuple[int, ...]]]:
@@ -58,51 +38,12 @@ def checkpoint_targets(src: Path) -> dict[str, dict[str, tuple[int, ...]]]:
 
 
 @pytest.fixture(scope="module")
-def files(tmp_path_factory):
+def files(tmp_path_factory, peft_lora):
     """{"diffusers", "kohya", "sgm"}: the SDXL adapter's paths; "deltas": peft's, by (component, module)."""
-    torch = pytest.importorskip("torch")
-    diffusers = pytest.importorskip("diffusers")
-    peft = pytest.importorskip("peft")
-    from peft import LoraConfig, inject_adapter_in_model
-    from peft.utils import get_peft_model_state_dict
-
-    # 1. A peft LoRA on every UNet and text-encoder target, with small random factors
-    torch.manual_seed(0)
-    pipe = diffusers.StableDiffusionXLPipeline.from_pretrained(str(CHECKPOINT), dtype=torch.float32)
-    ucfg = LoraConfig(
-        r=UNET_RANK, lora_alpha=UNET_ALPHA, init_lora_weights=False, target_modules=UNET_TARGETS
-    )
-    tcfg = LoraConfig(
-        r=TEXT_RANK, lora_alpha=TEXT_ALPHA, init_lora_weights=False, target_modules=TEXT_TARGETS
-    )
-    pipe.unet.add_adapter(ucfg)
-    encoders = {"text_encoder": pipe.text_encoder, "text_encoder_2": pipe.text_encoder_2}
-    for model in encoders.values():
-        inject_adapter_in_model(tcfg, model)  # transformers' add_adapter wants peft >= 0.22
-    with torch.no_grad():
-        for model in [pipe.unet, *encoders.values()]:
-            for name, param in model.named_parameters():
-                if "lora_B" in name:
-                    param.mul_(0.3)
-    # 2. peft's own deltas, to compare with
-    deltas = {}
-    for component, model in {"unet": pipe.unet, **encoders}.items():
-        for name, module in model.named_modules():
-            if isinstance(module, peft.tuners.lora.LoraLayer):
-                with torch.no_grad():
-                    deltas[(component, name)] = module.get_delta_weight("default").numpy()
-    # 3. The diffusers file, then the kohya files written from it
+    # 1. A peft LoRA on every UNet and text-encoder target, with small random factors, and peft's deltas
     folder = tmp_path_factory.mktemp("lora-files")
-    type(pipe).save_lora_weights(
-        str(folder),
-        unet_lora_layers=get_peft_model_state_dict(pipe.unet),
-        unet_lora_adapter_metadata=ucfg.to_dict(),
-        text_encoder_lora_layers=get_peft_model_state_dict(pipe.text_encoder),
-        text_encoder_lora_adapter_metadata=tcfg.to_dict(),
-        text_encoder_2_lora_layers=get_peft_model_state_dict(pipe.text_encoder_2),
-        text_encoder_2_lora_adapter_metadata=tcfg.to_dict(),
-    )
-    path = folder / "pytorch_lora_weights.safetensors"
+    path, deltas = peft_lora.make(CHECKPOINT, folder)
+    # 2. The kohya files written from it
     targets = checkpoint_targets(CHECKPOINT)
     resolved = lora_files.read_lora(path).resolve(targets)
     return {
@@ -121,17 +62,19 @@ def files(tmp_path_factory):
 # ----------------------------------------------------------------------------------------------
 
 
-def test_read_diffusers_layout_matches_peft_deltas(files):
+def test_read_diffusers_layout_matches_peft_deltas(files, peft_lora):
     adapter = lora_files.read_lora(files["diffusers"])
     assert adapter.layout == "diffusers"
     deltas = files["deltas"]
     assert len(adapter) == len(deltas) > 100
     # alpha and rank from peft's config in the file's metadata: 8 / 4 for the UNet, 1 / 2 for text
     unet = adapter.layers["unet"]
-    assert {(layer.rank, layer.scale) for layer in unet.values()} == {(UNET_RANK, UNET_ALPHA / UNET_RANK)}
+    assert {(layer.rank, layer.scale) for layer in unet.values()} == {
+        (peft_lora.UNET_RANK, peft_lora.UNET_ALPHA / peft_lora.UNET_RANK)
+    }
     for component in ("text_encoder", "text_encoder_2"):
         scales = {layer.scale for layer in adapter.layers[component].values()}
-        assert scales == {TEXT_ALPHA / TEXT_RANK}
+        assert scales == {peft_lora.TEXT_ALPHA / peft_lora.TEXT_RANK}
     # 3x3 and 1x1 convolution LoRAs, and linear ones
     kinds = {tuple(layer.down.shape[2:]) for layer in unet.values()}
     assert kinds == {(), (1, 1), (3, 3)}

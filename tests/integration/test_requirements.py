@@ -70,3 +70,21 @@ def test_known_traps_are_left_out():
         assert "torchvision" not in files  # PyPI's build fails to import beside the CPU torch
     assert TPU["jax"] == CPU["jax"]
     assert "jax[tpu]" in (REPO / "requirements-tpu.txt").read_text()
+
+
+def test_the_pinned_peft_adds_a_text_encoder_lora_the_documented_way():
+    """transformers' ``add_adapter`` refuses the pinned peft (it asks for a release that does not
+    exist yet); peft's ``inject_adapter_in_model``, which requirements-cpu.txt names instead, adds
+    the LoRA. When a newer peft is pinned and ``add_adapter`` works, this fails: then update the
+    comment in requirements-cpu.txt and PeftLora in tests/conftest.py."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    peft = pytest.importorskip("peft")
+    assert "inject_adapter_in_model" in (REPO / "requirements-cpu.txt").read_text()
+    folder = REPO / "checkpoints" / "tiny-shapes-sd15" / "text_encoder"
+    encoder = transformers.CLIPTextModel.from_pretrained(str(folder), dtype=torch.float32)
+    config = peft.LoraConfig(r=2, lora_alpha=2, target_modules=["q_proj", "v_proj"])
+    with pytest.raises(ValueError, match="version >= 0.22"):
+        encoder.add_adapter(config)
+    peft.inject_adapter_in_model(config, encoder)
+    assert any(isinstance(m, peft.tuners.lora.LoraLayer) for m in encoder.modules())

@@ -9,6 +9,8 @@ samplers, and on every text encoder's attention and MLP), saved with diffusers'
 again in the kohya layout by :func:`sdaccel.core.lora_files.save_kohya`, also with SDXL's SGM names.
 """
 
+from pathlib import Path
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -26,82 +28,16 @@ peft = pytest.importorskip("peft")
 
 REPO_CHECKPOINTS = {"sdxl": "checkpoints/tiny-shapes-sdxl", "sd15": "checkpoints/tiny-shapes-sd15"}
 PIPELINES = {"sdxl": "StableDiffusionXLPipeline", "sd15": "StableDiffusionPipeline"}
-UNET_TARGETS = [
-    "to_q",
-    "to_k",
-    "to_v",
-    "to_out.0",
-    "proj_in",
-    "proj_out",
-    "ff.net.2",
-    "conv1",
-    "conv2",
-    "conv_shortcut",
-    "time_emb_proj",
-    "conv",  # the down- and upsamplers
-    "conv_in",
-    "conv_out",
-    "time_embedding.linear_1",
-    "add_embedding.linear_2",
-]
-TEXT_TARGETS = ["q_proj", "k_proj", "v_proj", "out_proj", "fc1", "fc2"]
-UNET_RANK, UNET_ALPHA, TEXT_RANK, TEXT_ALPHA = 4, 8, 2, 1
 SCALE = 0.7
 SIZE, PROMPTS = 64, ["a red circle on a blue background", "a green square"]
 
 
 def _checkpoint(kind):
-    from pathlib import Path
-
     return str(Path(__file__).resolve().parents[2] / REPO_CHECKPOINTS[kind])
 
 
 def _torch_pipeline(kind):
     return getattr(diffusers, PIPELINES[kind]).from_pretrained(_checkpoint(kind), dtype=torch.float32)
-
-
-def _make_lora(kind, folder):
-    """A peft LoRA on every UNet and text-encoder target, saved by diffusers; returns its file and
-    the deltas peft computes (``get_delta_weight``), by (component, module)."""
-    from peft import LoraConfig, inject_adapter_in_model
-    from peft.utils import get_peft_model_state_dict
-
-    torch.manual_seed(0)
-    pipe = _torch_pipeline(kind)
-    ucfg = LoraConfig(
-        r=UNET_RANK, lora_alpha=UNET_ALPHA, init_lora_weights=False, target_modules=UNET_TARGETS
-    )
-    tcfg = LoraConfig(
-        r=TEXT_RANK, lora_alpha=TEXT_ALPHA, init_lora_weights=False, target_modules=TEXT_TARGETS
-    )
-    pipe.unet.add_adapter(ucfg)
-    encoders = {"text_encoder": pipe.text_encoder}
-    if kind == "sdxl":
-        encoders["text_encoder_2"] = pipe.text_encoder_2
-    for model in encoders.values():
-        inject_adapter_in_model(tcfg, model)  # transformers' add_adapter wants peft >= 0.22
-    with torch.no_grad():  # small updates, so the pictures stay pictures
-        for model in [pipe.unet, *encoders.values()]:
-            for name, param in model.named_parameters():
-                if "lora_B" in name:
-                    param.mul_(0.3)
-    deltas = {}
-    for component, model in {"unet": pipe.unet, **encoders}.items():
-        for name, module in model.named_modules():
-            if isinstance(module, peft.tuners.lora.LoraLayer):
-                with torch.no_grad():
-                    deltas[(component, name)] = module.get_delta_weight("default").numpy()
-    kwargs = {
-        "unet_lora_layers": get_peft_model_state_dict(pipe.unet),
-        "unet_lora_adapter_metadata": ucfg.to_dict(),
-        "text_encoder_lora_layers": get_peft_model_state_dict(pipe.text_encoder),
-        "text_encoder_lora_adapter_metadata": tcfg.to_dict(),
-    }
-    if kind == "sdxl":
-        kwargs["text_encoder_2_lora_layers"] = get_peft_model_state_dict(pipe.text_encoder_2)
-        kwargs["text_encoder_2_lora_adapter_metadata"] = tcfg.to_dict()
-    type(pipe).save_lora_weights(str(folder), **kwargs)
-    return folder / "pytorch_lora_weights.safetensors", deltas
 
 
 @pytest.fixture(scope="module")
@@ -113,12 +49,12 @@ def ours():
 
 
 @pytest.fixture(scope="module")
-def files(tmp_path_factory, ours):
+def files(tmp_path_factory, ours, peft_lora):
     """kind -> {"diffusers", "kohya", ("sgm" for SDXL)}: paths; and the peft deltas."""
     out = {}
     for kind in PIPELINES:
         folder = tmp_path_factory.mktemp(f"lora-{kind}")
-        path, deltas = _make_lora(kind, folder)
+        path, deltas = peft_lora.make(Path(_checkpoint(kind)), folder)
         resolved = lora_files.read_lora(path).resolve(lora.lora_targets(ours[kind]))
         out[kind] = {"diffusers": path, "deltas": deltas}
         out[kind]["kohya"] = lora_files.save_kohya(
@@ -371,7 +307,6 @@ def test_fuse_into_torch_matches_diffusers_fuse_lora(files, layout):
     src = _checkpoint("sdxl")
     adapters = check_lora(src, [(files["sdxl"][layout], SCALE)])
     reference = _diffusers_fused("sdxl", files["sdxl"]["diffusers"], SCALE)
-    from pathlib import Path
 
     for component in ("unet", "text_encoder", "text_encoder_2"):
         model = load_torch_component(Path(src), component)
@@ -389,7 +324,6 @@ def test_fuse_into_torch_matches_diffusers_fuse_lora(files, layout):
 
 
 def test_openvino_unet_with_fused_lora_matches_diffusers(files):
-    from pathlib import Path
 
     import openvino as ov
 
@@ -435,7 +369,6 @@ def test_genai_runtime_adapter_matches_the_fused_export(files, tmp_path):
     the IR), and its images equal those of an export with the same layers fused (8-bit images
     within 2 levels); what it cannot apply is listed, for the fused export."""
     import shutil
-    from pathlib import Path
 
     import openvino_genai as og
 
