@@ -37,6 +37,11 @@ from pathlib import Path
 # The CPU is the backend of every test, also where libtpu is installed (requirements-cpu.txt pins
 # it to compile for TPU topologies): without this, JAX would try to open a TPU and log errors.
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
+# OpenVINO's telemetry off (openvino_telemetry reads CI=true), for this process and its children:
+# offline, its sender only forks the test process at every ov.convert_model, after JAX has started
+# its threads (JAX warns "os.fork() was called ... will likely lead to a deadlock"). The smoke
+# notebooks' kernels get the same from sdaccel.course.run_profiles.KERNEL_ENV.
+os.environ.setdefault("CI", "true")
 
 import jax  # noqa: E402
 import pytest  # noqa: E402

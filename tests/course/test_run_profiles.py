@@ -1,6 +1,10 @@
 """sdaccel.course.run_profiles: the smoke and full profiles, the notebooks' start cell, make lab."""
 
 import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -116,3 +120,32 @@ def test_a_busy_tpu_error_comes_with_the_fix():
     assert (
         run_profiles.tpu_busy_hint(RuntimeError("Unable to initialize backend 'tpu': no TPU found")) is None
     )
+
+
+FORK_PROBE = """
+import os, sys
+os.register_at_fork(before=lambda: sys.stdout.write("forked\\n"))
+import jax, torch, openvino as ov
+jax.numpy.zeros(1).block_until_ready()
+ov.convert_model(torch.nn.Linear(2, 2), example_input=torch.zeros(1, 2))
+print("converted")
+"""
+
+
+def test_the_smoke_kernel_converts_with_openvino_without_forking():
+    """OpenVINO's telemetry sends from a forked process at every ``ov.convert_model``: after JAX has
+    started its threads that fork can deadlock. The smoke kernels' environment turns it off; without
+    that switch (and with no opt-out on file) the same conversion forks."""
+
+    def run(env):
+        done = subprocess.run(
+            [sys.executable, "-c", FORK_PROBE], env=env, capture_output=True, text=True, timeout=120
+        )
+        assert "converted" in done.stdout, done.stderr[-2000:]
+        return done.stdout
+
+    base = {k: v for k, v in os.environ.items() if k != "CI"}
+    assert "forked" not in run({**base, **run_profiles.KERNEL_ENV["smoke"]})
+    consent = Path.home() / "intel" / "openvino_telemetry"
+    if not (consent.is_file() and consent.read_text().strip() == "0"):
+        assert "forked" in run(base), "the conversion no longer forks: the switch may no longer be needed"

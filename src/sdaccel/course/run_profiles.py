@@ -48,6 +48,11 @@ KERNEL_ENV = {
         "JAX_PLATFORMS": "cpu",
         "HF_HUB_OFFLINE": "1",
         "TOKENIZERS_PARALLELISM": "false",
+        # OpenVINO's telemetry is off where CI=true (openvino_telemetry's switch; a reader's own
+        # opt-out is `opt_in_out --opt_out`). Offline, its sender would only fork the kernel at every
+        # ov.convert_model to fail to connect, and a fork after JAX has started its threads (07
+        # imports both) can deadlock: JAX warns "os.fork() was called".
+        "CI": "true",
         # figures as inline outputs of the cells (ipykernel's default; a shell's MPLBACKEND=agg
         # would leave every plt.show() empty)
         "MPLBACKEND": "module://matplotlib_inline.backend_inline",
