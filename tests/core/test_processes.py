@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 
 import numpy as np
+import pytest
 
 from sdaccel.core.processes import ChildRun, run_with_memory_limit
 
@@ -119,3 +120,31 @@ def test_an_interrupted_parent_kills_its_child_before_raising():
     finally:
         parent.kill()
         parent.stdout.close()
+
+
+def test_ctrl_c_while_the_child_starts_still_kills_it(monkeypatch):
+    """The child exists before ``Process.start()`` returns. A Ctrl-C that lands inside ``start()``,
+    after the child was launched but before ``multiprocessing`` recorded it, used to leave a child
+    this call never killed (its pid was still unknown to the ``Process``): it slept on, for as long as
+    its parent lived. The signal is now held back until ``start()`` returns, then raised, and the
+    child is killed."""
+    import multiprocessing.popen_spawn_posix as popen
+    import os
+    import signal
+
+    import psutil
+
+    real_launch = popen.Popen._launch
+    started = []
+
+    def launch_then_ctrl_c(self, process_obj):
+        real_launch(self, process_obj)
+        started.append(psutil.Process(self.pid))
+        os.kill(os.getpid(), signal.SIGINT)  # as if Ctrl-C came while start() was finishing
+        time.sleep(0.5)  # an unguarded handler raises here, inside start()
+
+    monkeypatch.setattr(popen.Popen, "_launch", launch_then_ctrl_c)
+    with pytest.raises(KeyboardInterrupt):
+        run_with_memory_limit(time.sleep, 600)
+    assert len(started) == 1
+    assert _gone(started[0], timeout_s=5), "the child outlived the interrupted call"
