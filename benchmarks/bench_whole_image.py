@@ -908,10 +908,20 @@ def main(argv=None) -> dict:
     check_writable(Path(args.out).parent)
     bench = Bench(args)
     bench.save()
-    paths = prepare(bench, args)
-    if args.tpu:  # first: it takes a minute, the rows take hours
-        tpu_section(bench, args)
-    measure(bench, args, paths)
+    try:
+        paths = prepare(bench, args)
+        if args.tpu:  # first: it takes a minute, the rows take hours
+            tpu_section(bench, args)
+        measure(bench, args, paths)
+    except KeyboardInterrupt:  # the running child was killed on the way out (sdaccel.core.processes)
+        print(
+            f"\nInterrupted: the step that was running stopped, and its child process with it. {args.out} "
+            "holds what was measured before (written whole after every row): run the same command with "
+            "--resume to go on from there.",
+            file=sys.stderr,
+            flush=True,
+        )
+        raise
     rows = bench.results["rows"]
     bench.results["missing_rows"] = [k for k in row_keys(args) if not rows.get(k, {}).get("ok")]
     bench.results["complete"] = not bench.results["missing_rows"]
@@ -929,4 +939,7 @@ def main(argv=None) -> dict:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    try:
+        main(sys.argv[1:])
+    except KeyboardInterrupt:
+        sys.exit(130)

@@ -87,6 +87,11 @@ SLOW_GROUPS = {
     "tests/tpu/test_generate.py": 105,
     "tests/tpu/test_sharded_pipeline.py": 90,
     "tests/integration/test_lcm.py": 80,
+    # the fault suite: child processes killed, interrupted or out of disk (one worker each, measured alone)
+    "tests/faults/test_tpu_faults.py": 70,
+    "tests/faults/test_cpu_quantize_faults.py": 60,
+    "tests/faults/test_course_faults.py": 50,
+    "tests/faults/test_cpu_export_faults.py": 45,
     "tests/tpu/test_plan.py": 70,
     "tests/tpu/models/test_attention.py": 60,
     "tests/cpu/test_levers.py": 50,

@@ -267,3 +267,8 @@ def test_replace_json_writes_indented_json(tmp_path):
     replace_json(path, data)
     assert json.loads(path.read_text()) == data
     assert path.read_text() == json.dumps(data, indent=2)
+
+
+def test_the_disk_of_a_folder_not_made_yet_is_its_nearest_existing_parent(tmp_path):
+    assert staging.nearest_existing(tmp_path / "a" / "b") == tmp_path
+    assert staging.free_bytes(tmp_path / "a" / "b") == staging.free_bytes(tmp_path) > 0

@@ -144,24 +144,37 @@ def test_hub_reachable_honours_offline_mode_and_times_out(monkeypatch):
     assert reachable is False and error
 
 
-def fake_cache(repo_id, paths, root):
+def fake_cache(repo_id, paths, root, refs=("main",)):
+    """What ``scan_cache_dir()`` says of a cache holding ``paths`` of one revision of ``repo_id``,
+    which the references ``refs`` name."""
     snapshot = root / "snapshots" / "abc"
     files = [SimpleNamespace(file_path=snapshot / p) for p in paths]
-    revision = SimpleNamespace(snapshot_path=snapshot, files=files)
-    return SimpleNamespace(repos=[SimpleNamespace(repo_id=repo_id, repo_type="model", revisions=[revision])])
+    revision = SimpleNamespace(snapshot_path=snapshot, files=files, refs=frozenset(refs))
+    return SimpleNamespace(
+        repos=[SimpleNamespace(repo_id=repo_id, repo_type="model", revisions=[revision])],
+        incomplete_files=[],
+        warnings=[],
+    )
 
 
 def test_models_cached_one_variant_per_component(tmp_path):
     sdxl = resources.MODELS["sdxl"]
     complete = [
         f"{c}/{'model' if 'text' in c else 'diffusion_pytorch_model'}.fp16.safetensors" for c in sdxl.parts
-    ]
+    ] + [f"{c}/config.json" for c in sdxl.parts]
     info = fake_cache(sdxl.repo_id, complete + ["model_index.json"], tmp_path)
     files = doctor.cached_files(info, sdxl.repo_id)
     assert doctor.missing_from_cache(sdxl, files) == []
+    # a config that did not come (a copy of the cache that stopped part-way) counts too
+    assert doctor.missing_from_cache(sdxl, files - {"vae/config.json", "model_index.json"}) == [
+        "model_index.json",
+        "vae",
+    ]
     # the fp32 UNet does not count for a notebook that reads the fp16 variant
     partial = [p for p in complete if not p.startswith("unet/")] + [
-        "unet/diffusion_pytorch_model.safetensors"
+        "model_index.json",
+        "unet/config.json",
+        "unet/diffusion_pytorch_model.safetensors",
     ]
     files = doctor.cached_files(fake_cache(sdxl.repo_id, partial, tmp_path), sdxl.repo_id)
     assert doctor.missing_from_cache(sdxl, files) == ["unet"]
@@ -170,6 +183,32 @@ def test_models_cached_one_variant_per_component(tmp_path):
     assert gap.status == "fail" and gap.fix.startswith("python -m sdaccel.course.download --models sdxl")
     assert doctor.check_models(models, {sdxl.repo_id: files}, hub_ok=True, profile="full").status == "warn"
     assert doctor.check_models(models, {sdxl.repo_id: files}, hub_ok=False, profile="smoke").status == "info"
+
+
+def test_a_download_that_did_not_finish_is_not_cached(tmp_path):
+    """Only the revision that ``main`` names counts (what a load by hub id reads): the downloader
+    writes that reference last, so the files of a stopped download never pass for the model."""
+    sd15 = resources.MODELS["sd15"]
+    whole = ["model_index.json"] + [
+        f"{c}/{name}"
+        for c in sd15.parts
+        for name in ("config.json", f"{'model' if 'text' in c else 'diffusion_pytorch_model'}.safetensors")
+    ]
+    info = fake_cache(sd15.repo_id, whole, tmp_path, refs=())
+    cached, unfinished = doctor.read_cache({"sd15": sd15}, info)
+    assert cached == {sd15.repo_id: set()}
+    assert unfinished == {sd15.repo_id: "a download that did not finish"}
+    gap = doctor.check_models({"sd15": sd15}, cached, False, "full", unfinished)
+    assert gap.status == "fail" and "a download that did not finish" in gap.detail
+
+    info = fake_cache(sd15.repo_id, whole, tmp_path)
+    piece = tmp_path / f"models--{sd15.repo_id.replace('/', '--')}" / "blobs" / "ab12.0f0f0f0f.incomplete"
+    info.incomplete_files = [SimpleNamespace(file_path=piece, size_on_disk=3 * 2**20)]
+    cached, unfinished = doctor.read_cache({"sd15": sd15}, info)
+    assert doctor.missing_from_cache(sd15, cached[sd15.repo_id]) == []
+    gap = doctor.check_models({"sd15": sd15}, cached, True, "full", unfinished)
+    assert gap.status == "warn" and "1 unfinished file(s) of an interrupted download, 3.0 MiB" in gap.detail
+    assert doctor.check_models({"sd15": sd15}, cached, True, "full").status == "ok"
 
 
 def test_smoke_checkpoints(tmp_path):

@@ -209,3 +209,36 @@ def test_disk_probe_walks_up_to_an_existing_folder(tmp_path):
     seen = []
     download.check_disk(tmp_path / "a" / "b", 1, lambda p: seen.append(p) or 10)
     assert seen == [Path(tmp_path)]
+
+
+def test_main_is_pointed_at_the_revision_once_it_is_fetched(tmp_path):
+    """huggingface_hub writes no ``refs/main`` for a download by commit hash: the downloader does,
+    after the fetch, so that a load by hub id (offline too) finds the files."""
+    plans, hub, _ = run(tmp_path, notebooks=["04"], models=["sd15"])
+    ref = tmp_path / "cache" / f"models--{plans[0].repo_id.replace('/', '--')}" / "refs" / "main"
+    assert ref.read_text() == plans[0].revision
+    assert [e[0] for e in hub.events if e[0] in ("fetch", "info")] == ["info", "fetch"]
+
+
+def test_unfinished_files_of_a_killed_download_go_but_not_those_of_a_live_one(tmp_path):
+    import threading
+
+    import filelock
+
+    repo = resources.MODELS["sd15"].repo_id
+    blobs = download.repo_cache(tmp_path, repo) / "blobs"
+    blobs.mkdir(parents=True)
+    dead, live = blobs / "aa11.0a0a0a0a.incomplete", blobs / "bb22.0b0b0b0b.incomplete"
+    dead.write_bytes(b"x" * MB)
+    live.write_bytes(b"y" * MB)
+    said, freed = [], []
+    # huggingface_hub holds this lock while it writes the file; the cleaner runs in another thread,
+    # since filelock's locks are re-entrant within one
+    with filelock.FileLock(tmp_path / ".locks" / blobs.parent.name / "bb22.lock"):
+        cleaner = threading.Thread(
+            target=lambda: freed.append(download.clear_unfinished(tmp_path, repo, said.append))
+        )
+        cleaner.start()
+        cleaner.join()
+    assert freed == [MB] and not dead.exists() and live.exists()
+    assert said == [f"Removed 1 unfinished file(s) of an interrupted download of {repo} (1.0 MiB freed)."]

@@ -18,6 +18,7 @@ from sdaccel.cpu.export import (  # noqa: E402
     MANIFEST,
     MODEL_XML,
     StaticShape,
+    estimate_export_bytes,
     export_pipeline,
     is_static,
     reshape_static,
@@ -228,6 +229,21 @@ def test_reexport_is_a_noop_unless_forced(exports, capsys, tmp_path):
     assert xml.stat().st_mtime_ns > before
     assert json.loads((copy / MANIFEST).read_text())["components"] == ["text_encoder"]
     assert not (copy / "unet").exists() and not (copy / "tokenizer").exists()
+
+
+@pytest.mark.parametrize("name", ["tiny-sd15", "tiny-sdxl"])
+def test_the_free_space_estimate_is_the_size_of_the_weights_written(exports, name):
+    """What ``export_pipeline`` asks the disk for before it starts: about the ``.bin`` files,
+    never more than the whole component (so no export that fits is refused)."""
+    src, out = exports[name]
+    for component in json.loads((out / MANIFEST).read_text())["components"]:
+        files = [p for p in (out / component).iterdir() if p.is_file()]
+        weights = sum(p.stat().st_size for p in files if p.suffix == ".bin")
+        estimate = estimate_export_bytes(src, [component])
+        assert estimate <= sum(p.stat().st_size for p in files), component
+        if not component.startswith("tokenizer"):
+            assert 0.97 * weights <= estimate <= 1.03 * weights, component
+            assert estimate_export_bytes(src, [component], "fp16") == estimate // 2
 
 
 def test_an_export_of_another_checkpoint_is_never_reused(exports):

@@ -282,3 +282,22 @@ def test_genai_takes_the_same_default_and_the_unets_choice(folder, monkeypatch):
     prec.store_choice(folder / CHOICE_FILE, forced)
     assert GenAIPipeline(folder).precision == "bf16"
     assert GenAIPipeline(folder, precision=None).precision is None
+
+
+def test_the_pipelines_refuse_an_ir_that_an_interrupted_save_left(folder):
+    """A ``.tmp.xml`` beside the UNet's IR: a save killed between its two renames (the new
+    ``.bin`` beside the old ``.xml``). Neither the precision choice, nor OVPipeline, nor GenAI
+    reads such a pair; the message names the fix."""
+    unfinished = folder / "unet" / "openvino_model.tmp.xml"
+    shutil.copy2(folder / "unet" / "openvino_model.xml", unfinished)
+    match = r"openvino_model\.tmp\.xml.*interrupted.*force=True"
+    with pytest.raises(prec.CheckpointError, match=match):
+        OVPipeline.from_pretrained(folder)  # precision "auto": the choice reads the IRs first
+    with pytest.raises(prec.CheckpointError, match=match):
+        OVPipeline.from_pretrained(folder, precision="f32")
+    pytest.importorskip("openvino_genai")
+    from sdaccel.cpu.genai import GenAIPipeline
+
+    with pytest.raises(prec.CheckpointError, match=match):
+        GenAIPipeline(folder, precision="f32")
+    assert not (folder / CHOICE_FILE).exists()

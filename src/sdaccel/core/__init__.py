@@ -43,7 +43,7 @@ layout, write kohya files.
 - :func:`check_writable`, :func:`staged_folder`, :func:`publish_folder`, :func:`link_tree`
 - :func:`replace_text`, :func:`replace_json`
 - :func:`writer_lock`, :func:`lock_path`, :func:`clear_leftovers`, :func:`leftover_patterns`
-- :func:`free_bytes`, :func:`require_free_space`
+- :func:`free_bytes`, :func:`nearest_existing`, :func:`require_free_space`
 
 :mod:`sdaccel.core.faults`: named points where a test injects a fault from outside (a kill, an
 interrupt, a full disk) into a long write.
@@ -136,6 +136,7 @@ from sdaccel.core.staging import (
     leftover_patterns,
     link_tree,
     lock_path,
+    nearest_existing,
     publish_folder,
     replace_json,
     replace_text,
@@ -207,6 +208,7 @@ __all__ = [
     "clear_leftovers",
     "leftover_patterns",
     "free_bytes",
+    "nearest_existing",
     "require_free_space",
     "fault_point",
     "parse_fault",

@@ -104,7 +104,10 @@ def resolve_checkpoint(
     """Return a local folder for ``path_or_id``.
 
     A path that exists is used as it is. Otherwise a string shaped like ``org/name`` is fetched
-    from the Hugging Face hub (or found in its local cache), limited to ``components``.
+    from the Hugging Face hub (or found in its local cache), limited to ``components``. A cached
+    download that lacks files those components need (an interrupted download, a cache copied in
+    part) is refused, naming the files and the fix (:func:`missing_pipeline_files`), rather than
+    handed to a loader that would fail deep inside.
     """
     path = Path(path_or_id).expanduser()
     if path.is_dir():
@@ -125,13 +128,120 @@ def resolve_checkpoint(
 
     patterns = allow_patterns(components, variant)
     try:
-        return Path(snapshot_download(text, allow_patterns=patterns))
+        folder = Path(snapshot_download(text, allow_patterns=patterns))
     except Exception as err:  # the hub client raises many types; all mean "could not get it"
+        partial = cached_part(text, components, variant)
+        if partial is not None:
+            raise CheckpointError(partial_cache_message(text, *partial, variant)) from err
         raise CheckpointError(
             f"Could not download {text!r} from the Hugging Face hub ({type(err).__name__}: {err}). "
             "Without network access, pass a local folder instead (for example the tiny checkpoints "
             "from `python -m sdaccel.toy.random_checkpoints build/checkpoints`); for gated models run `hf auth login`."
         ) from err
+    missing = missing_pipeline_files(folder, components, variant)
+    if missing:  # offline, the hub client hands out a cached snapshot as it is
+        raise CheckpointError(partial_cache_message(text, folder, missing, variant))
+    return folder
+
+
+def _weight_names(component: str, variant: str | None) -> list[tuple[str, str]]:
+    """(single file, shard index) names of ``component``'s weights that :func:`open_weights` reads,
+    ``variant`` first."""
+    names = [(f".{variant}.safetensors", f".safetensors.index.{variant}.json")] if variant else []
+    names.append((".safetensors", ".safetensors.index.json"))
+    return [
+        (f"{component}/{stem}{one}", f"{component}/{stem}{index}")
+        for one, index in names
+        for stem in _WEIGHT_STEMS
+    ]
+
+
+def _missing_component_files(base: Path, component: str, variant: str | None) -> list[str]:
+    """The files of one component of the checkpoint ``base`` that a loader needs and that are not
+    there (see :func:`missing_pipeline_files`)."""
+    if component.startswith("tokenizer"):
+        folder = base / component
+        return [] if folder.is_dir() and any(p.is_file() for p in folder.iterdir()) else [f"{component}/*"]
+    if component == "scheduler":
+        return (
+            []
+            if (base / "scheduler" / "scheduler_config.json").is_file()
+            else ["scheduler/scheduler_config.json"]
+        )
+    missing = [] if (base / component / "config.json").is_file() else [f"{component}/config.json"]
+    for single, index in _weight_names(component, variant):
+        if (base / single).is_file():
+            return missing
+        if (base / index).is_file():
+            shards = sorted(set(read_json(base / index)["weight_map"].values()))
+            return missing + [f"{component}/{s}" for s in shards if not (base / component / s).is_file()]
+    stem = "model" if component.startswith("text_encoder") else "diffusion_pytorch_model"
+    return [*missing, f"{component}/{stem}{f'.{variant}' if variant else ''}.safetensors"]
+
+
+def missing_pipeline_files(
+    folder: str | os.PathLike, components: Iterable[str] | None = None, variant: str | None = None
+) -> list[str]:
+    """The files that loading ``components`` (default: every one that ``model_index.json`` names)
+    of the checkpoint ``folder`` needs and that are not there, as paths inside it: ``model_index.json``;
+    each component's config (the scheduler's ``scheduler_config.json``); one weight file of
+    ``variant`` or of none (or every shard its index lists) for a component with weights; a file in
+    a tokenizer's folder. A link to a file that is gone (a hub cache copied without its blobs) is
+    missing too. An empty list for a whole checkpoint, and for a folder of one component (a
+    ``config.json`` and no ``model_index.json``), which has no list of components to check."""
+    base = Path(folder)
+    if not (base / "model_index.json").is_file():
+        return [] if (base / "config.json").is_file() else ["model_index.json"]
+    index = read_json(base / "model_index.json")
+    named = [c for c, v in index.items() if c in COMPONENT_PATTERNS and isinstance(v, list) and v and v[0]]
+    wanted = named if components is None else [c for c in components if c in named]
+    return [f for c in wanted for f in _missing_component_files(base, c, variant)]
+
+
+def hub_cache_folder(repo_id: str) -> Path:
+    """The folder of the model repository ``repo_id`` in the Hugging Face cache (``HF_HUB_CACHE``)."""
+    from huggingface_hub import constants
+
+    return Path(constants.HF_HUB_CACHE) / f"models--{repo_id.replace('/', '--')}"
+
+
+def cached_part(
+    repo_id: str, components: Iterable[str] | None = None, variant: str | None = None
+) -> tuple[Path, list[str]] | None:
+    """``(snapshot, missing files)`` when the Hugging Face cache holds a download of ``repo_id``
+    that cannot be loaded: the snapshot that its ``main`` reference names (or, with no such
+    reference, the newest one: a download that did not finish) and the files of ``components`` it
+    lacks (:func:`missing_pipeline_files`; none for an unfinished download that has them all).
+    ``None`` when the cache holds nothing of it, or the whole of it."""
+    storage = hub_cache_folder(repo_id)
+    snapshots = [p for p in (storage / "snapshots").glob("*") if p.is_dir()]
+    if not snapshots:
+        return None
+    ref = storage / "refs" / "main"
+    named = storage / "snapshots" / ref.read_text().strip() if ref.is_file() else None
+    snapshot = (
+        named if named is not None and named.is_dir() else max(snapshots, key=lambda p: p.stat().st_mtime)
+    )
+    missing = missing_pipeline_files(snapshot, components, variant)
+    return (snapshot, missing) if missing or named is None else None
+
+
+def partial_cache_message(
+    repo_id: str, snapshot: Path, missing: list[str], variant: str | None = None
+) -> str:
+    """Why a cached download of ``repo_id`` is refused, and the two ways to make it whole."""
+    if missing:
+        shown = ", ".join(missing[:4]) + (f" and {len(missing) - 4} more" if len(missing) > 4 else "")
+        what = f"its snapshot {snapshot} lacks {shown}"
+    else:
+        what = f"the download into {snapshot} did not finish (the cache names no 'main' revision of it)"
+    hint = f" If the repository has no {variant!r} weights, load it with variant=None." if variant else ""
+    return (
+        f"{repo_id} is only partly in the Hugging Face cache: {what}. An interrupted download, or a "
+        "copy of the cache that stopped part-way, leaves it so. Fix: run the download again where "
+        f"the hub is reachable (`python -m sdaccel.course.download`, or `hf download {repo_id}`), or "
+        f"copy the whole cache folder (HF_HUB_CACHE) again.{hint}"
+    )
 
 
 def read_json(path: Path) -> dict:

@@ -50,9 +50,7 @@ def check_writable(folder: str | os.PathLike) -> Path:
     does not exist yet) in the nearest existing folder above it, where it would be created.
     Nothing is left behind; returns ``folder`` as a ``Path``."""
     folder = Path(folder)
-    probe = folder
-    while not probe.exists() and probe != probe.parent:
-        probe = probe.parent
+    probe = nearest_existing(folder)
     if not probe.is_dir():
         raise NotADirectoryError(
             f"Cannot write to {folder}: {probe} is a file, not a folder. Choose another output folder."
@@ -136,12 +134,18 @@ def clear_leftovers(dst: str | os.PathLike, patterns: Iterable[str] = ()) -> int
     return freed
 
 
-def free_bytes(path: str | os.PathLike) -> int:
-    """Free bytes on the file system that holds ``path`` (or the nearest existing folder above it)."""
+def nearest_existing(path: str | os.PathLike) -> Path:
+    """``path``, or the nearest folder above it that exists (a cache or output folder may not be
+    made yet: its disk is that folder's)."""
     probe = Path(path)
     while not probe.exists() and probe != probe.parent:
         probe = probe.parent
-    return shutil.disk_usage(probe).free
+    return probe
+
+
+def free_bytes(path: str | os.PathLike) -> int:
+    """Free bytes on the file system that holds ``path`` (or the nearest existing folder above it)."""
+    return shutil.disk_usage(nearest_existing(path)).free
 
 
 def require_free_space(folder: str | os.PathLike, need_bytes: int, what: str) -> None:

@@ -392,44 +392,93 @@ def hub_reachable(endpoint: str, timeout: float = 3.0) -> tuple[bool | None, str
         return False, f"{type(err).__name__}: {getattr(err, 'reason', err)}"
 
 
-def cached_files(cache_info, repo_id: str) -> set[str]:
-    """Paths (inside the repository) of every cached file of ``repo_id``, over all revisions.
-    ``cache_info`` is ``huggingface_hub.scan_cache_dir()``'s result (or None where there is no cache)."""
-    files: set[str] = set()
+def _cached_repo(cache_info, repo_id: str):
     for repo in getattr(cache_info, "repos", ()):
-        if repo.repo_id != repo_id or repo.repo_type != "model":
-            continue
-        for revision in repo.revisions:
-            for f in revision.files:
-                files.add(Path(f.file_path).relative_to(revision.snapshot_path).as_posix())
-    return files
+        if repo.repo_id == repo_id and repo.repo_type == "model":
+            return repo
+    return None
+
+
+def cached_files(cache_info, repo_id: str) -> set[str]:
+    """Paths (inside the repository) of the cached files of ``repo_id`` in the revision that a load
+    by hub id finds: the one its ``main`` reference names (``from_pretrained("org/name")`` reads that
+    one, offline too). A download that did not finish names none yet (the downloader writes the
+    reference last), so nothing of it counts. ``cache_info`` is ``huggingface_hub.scan_cache_dir()``'s
+    result (or None where there is no cache); a repository whose cache is damaged (a link to a
+    missing file) is not in it at all."""
+    repo = _cached_repo(cache_info, repo_id)
+    for revision in getattr(repo, "revisions", ()):
+        if "main" in revision.refs:
+            return {Path(f.file_path).relative_to(revision.snapshot_path).as_posix() for f in revision.files}
+    return set()
+
+
+def unfinished_download(cache_info, repo_id: str) -> str:
+    """What an interrupted download or copy of ``repo_id`` left in the cache, in words ('' for
+    nothing): its unfinished files (``blobs/*.incomplete``), a revision that no ``main`` reference
+    names yet, or the damage that made huggingface_hub skip the repository."""
+    folder = f"models--{repo_id.replace('/', '--')}"
+    pieces = [
+        f
+        for f in getattr(cache_info, "incomplete_files", ())
+        if Path(f.file_path).parent.parent.name == folder
+    ]
+    if pieces:
+        size = sum(f.size_on_disk for f in pieces) / 2**20
+        return f"{len(pieces)} unfinished file(s) of an interrupted download, {size:.1f} MiB"
+    repo = _cached_repo(cache_info, repo_id)
+    if repo is not None and repo.revisions and not any("main" in r.refs for r in repo.revisions):
+        return "a download that did not finish"
+    damaged = [w for w in getattr(cache_info, "warnings", ()) if folder in str(w)]
+    return f"a damaged cache: {damaged[0]}" if damaged else ""
+
+
+def read_cache(models: dict[str, resources.Model], cache_info) -> tuple[dict[str, set[str]], dict[str, str]]:
+    """For each model's repository: its cached files (:func:`cached_files`) and what an interrupted
+    download left of it (:func:`unfinished_download`), from ``scan_cache_dir()``'s ``cache_info``."""
+    repos = {m.repo_id for m in models.values()}
+    return (
+        {r: cached_files(cache_info, r) for r in repos},
+        {r: unfinished_download(cache_info, r) for r in repos},
+    )
 
 
 def missing_from_cache(model: resources.Model, files: set[str]) -> list[str]:
-    """The patterns of ``model`` that no cached file satisfies: for a pipeline, one weight file per
-    component; for an explicit list, each config and weight file."""
+    """The patterns of ``model`` that no cached file satisfies: for a pipeline, ``model_index.json``,
+    and each component whose config or weight file (one, of the variant) is not there; for an
+    explicit list, each config and weight file."""
     from fnmatch import fnmatch
 
     if model.patterns is not None:
         required = [p for p in model.patterns if p == "config.json" or p.endswith(".safetensors")]
         return [p for p in required if not any(fnmatch(f, p) for f in files)]
     components = model.components or model.parts
-    missing = []
+    missing = [] if "model_index.json" in files else ["model_index.json"]
     for component in components:
         if component in ("tokenizer", "tokenizer_2", "scheduler", "model_index"):
             continue
         weights = [p for p in allow_patterns([component], model.variant) if p.endswith(".safetensors")]
-        if not any(fnmatch(f, p) for f in files for p in weights):
+        has_weights = any(fnmatch(f, p) for f in files for p in weights)
+        if not has_weights or f"{component}/config.json" not in files:
             missing.append(component)
     return missing
 
 
 def check_models(
-    models: dict[str, resources.Model], cached: dict[str, set[str]], hub_ok: bool, profile: str
+    models: dict[str, resources.Model],
+    cached: dict[str, set[str]],
+    hub_ok: bool,
+    profile: str,
+    unfinished: dict[str, str] | None = None,
 ) -> Check:
-    """Whether the full profile's models are in the local cache (or at least downloadable)."""
+    """Whether the full profile's models are whole in the local cache (or at least downloadable).
+    ``cached`` and ``unfinished`` are :func:`read_cache`'s; what an interrupted download left
+    counts as a gap, which the next download closes."""
+    unfinished = unfinished or {}
     gaps = {
-        name: missing_from_cache(model, cached.get(model.repo_id, set())) for name, model in models.items()
+        name: missing_from_cache(model, cached.get(model.repo_id, set()))
+        + ([unfinished[model.repo_id]] if unfinished.get(model.repo_id) else [])
+        for name, model in models.items()
     }
     gaps = {name: m for name, m in gaps.items() if m}
     if not models:
@@ -528,7 +577,7 @@ def run_checks(
         cache_info = scan_cache_dir()
     except Exception:  # no cache folder yet: nothing is cached
         cache_info = None
-    cached = {m.repo_id: cached_files(cache_info, m.repo_id) for m in models.values()}
+    cached, unfinished = read_cache(models, cache_info)
     available = psutil.virtual_memory().available
     checks.append(check_cpu(platform.machine(), cpu_flags(platform.system()), cpu_nbs))
     checks.append(check_memory(available, resources.totals(chosen, profile).ram_gib, profile))
@@ -545,11 +594,13 @@ def run_checks(
     token = bool(get_token())
     if profile == "full":  # the smoke profile reads no hub model: its gaps are listed as full:* below
         checks.append(check_hub(reachable, error, token, profile))
-        checks.append(check_models(models, cached, bool(reachable), profile))
+        checks.append(check_models(models, cached, bool(reachable), profile, unfinished))
     repo_dirs, tiny = smoke_checkpoints([nb.stem for nb in chosen])
     checks.append(check_smoke_checkpoints(repo_dirs, REPO, REPO / "build" / "checkpoints", tiny))
     if profile == "smoke":
-        checks += full_profile_gaps(chosen, models, reachable, error, token, cached, available, devices)
+        checks += full_profile_gaps(
+            chosen, models, reachable, error, token, cached, available, devices, unfinished
+        )
     return checks
 
 
@@ -559,14 +610,14 @@ def download_gib(models: dict[str, resources.Model], cached: dict[str, set[str]]
 
 
 def full_profile_gaps(
-    chosen, models, reachable, error, token, cached, available_bytes, tpu_devices
+    chosen, models, reachable, error, token, cached, available_bytes, tpu_devices, unfinished=None
 ) -> list[Check]:
     """What the full profile would still lack here, as ``info`` rows named ``full:<check>``."""
     need = resources.totals(chosen, "full")
     numbers = {nb.stem.split("_")[0] for nb in chosen}
     candidates = [
         check_hub(reachable, error, token, "full"),
-        check_models(models, cached, bool(reachable), "full"),
+        check_models(models, cached, bool(reachable), "full", unfinished),
         check_memory(available_bytes, need.ram_gib, "full"),
         check_disk(free_bytes(REPO), need.disk_gib + download_gib(models, cached), REPO, "full"),
     ]

@@ -8,10 +8,16 @@ The files are chosen by the loaders' own patterns (:func:`sdaccel.core.checkpoin
 through the table in :mod:`sdaccel.course.resources`): one weight variant, no duplicates. Before
 anything is written it lists each repository's matching files from the hub's metadata, prints how
 much disk they take (and how much of it is already in the cache), and stops if the disk is too
-small. ``huggingface_hub`` shows the progress and resumes interrupted files on the next run.
+small. ``huggingface_hub`` shows the progress.
 
 The files go into the Hugging Face cache (``HF_HOME``, or ``--dest``, a cache folder: point
-``HF_HUB_CACHE`` at it), so the notebooks' default hub ids find them with no change.
+``HF_HUB_CACHE`` at it), so the notebooks' default hub ids find them with no change: once all of a
+repository's files are there, its ``main`` reference is pointed at the revision fetched, which is
+what a load by hub id reads (offline too). A download that is stopped (Ctrl-C, a lost network, a
+killed process) is never taken for the model: the reference is written last. Run the same command
+again: the files already fetched stay, each unfinished one is fetched again, and the pieces that a
+killed download left in the cache (``blobs/*.incomplete``, which huggingface_hub never reuses)
+are removed first (:func:`clear_unfinished`).
 """
 
 from __future__ import annotations
@@ -23,6 +29,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from sdaccel.core.faults import fault_point
+from sdaccel.core.staging import replace_text
 from sdaccel.course import resources
 
 
@@ -103,14 +111,62 @@ def cache_root(dest: str | os.PathLike | None) -> Path:
 
 def check_disk(root: Path, need_bytes: int, free_bytes: Callable[[Path], int] | None = None) -> None:
     """Raise :class:`DownloadError` when the disk holding ``root`` has less than ``need_bytes`` free
-    (:func:`sdaccel.course.resources.disk_shortfall`: the cache folder may not exist yet, so its
-    nearest existing parent is measured)."""
+    (:func:`sdaccel.course.resources.disk_shortfall`). The cache folder may not exist yet, so its
+    nearest existing parent is measured."""
     disk = resources.disk_shortfall(root, need_bytes, free_bytes)
     if disk.short:
         raise DownloadError(
             f"Not enough disk at {root}: the download needs {_gib(need_bytes)} and {_gib(disk.free_bytes)} is free. "
             "Free some space, choose fewer --notebooks/--models, or pass --dest on a larger disk."
         )
+
+
+def repo_cache(root: Path, repo_id: str) -> Path:
+    """The folder of the model repository ``repo_id`` in the hub cache ``root``."""
+    return root / f"models--{repo_id.replace('/', '--')}"
+
+
+def clear_unfinished(root: Path, repo_id: str, out=print) -> int:
+    """Remove the unfinished files (``blobs/*.incomplete``) that killed downloads of ``repo_id``
+    left in the hub cache ``root``: huggingface_hub gives each download its own such file and never
+    reuses one. A file whose download still runs stays: huggingface_hub holds the lock
+    ``.locks/<repository>/<etag>.lock`` while it writes one. Says what it freed; returns the bytes."""
+    import filelock
+
+    folder = repo_cache(root, repo_id)
+    freed = count = 0
+    for piece in sorted((folder / "blobs").glob("*.incomplete")):
+        lock_file = root / ".locks" / folder.name / f"{piece.name.split('.', 1)[0]}.lock"
+        lock_file.parent.mkdir(parents=True, exist_ok=True)
+        lock = filelock.FileLock(lock_file)
+        try:
+            lock.acquire(timeout=0)
+        except filelock.Timeout:  # a live download is writing it
+            continue
+        try:
+            size = piece.stat().st_size
+            piece.unlink()
+            freed, count = freed + size, count + 1
+        except FileNotFoundError:
+            pass
+        finally:
+            lock.release()
+    if count:
+        out(
+            f"Removed {count} unfinished file(s) of an interrupted download of {repo_id} "
+            f"({freed / 2**20:.1f} MiB freed)."
+        )
+    return freed
+
+
+def publish_main_ref(root: Path, repo_id: str, revision: str) -> None:
+    """Point the ``main`` reference of ``repo_id`` in the hub cache ``root`` at ``revision``, once
+    all its files are there: a load by hub id reads the revision that ``main`` names, and
+    ``huggingface_hub`` writes none for a download by commit hash, as this one is. Written whole
+    (a temporary file renamed), so a reader finds the old revision or the new one."""
+    ref = repo_cache(root, repo_id) / "refs" / "main"
+    ref.parent.mkdir(parents=True, exist_ok=True)
+    replace_text(ref, revision)
 
 
 def download(
@@ -124,7 +180,14 @@ def download(
     out=print,
 ) -> list[RepoPlan]:
     """Plan, print the plan, check the disk, then fetch. ``api`` and ``fetch`` default to
-    ``huggingface_hub.HfApi()`` and ``huggingface_hub.snapshot_download`` (tests pass fakes)."""
+    ``huggingface_hub.HfApi()`` and ``huggingface_hub.snapshot_download`` (tests pass fakes).
+
+    1. Plan: each repository's files and how much of them the cache lacks; print it.
+    2. Remove what killed downloads left (:func:`clear_unfinished`: it frees disk), then check the
+       disk. A dry run stops before either.
+    3. Fetch each repository, then point its ``main`` at the revision fetched
+       (:func:`publish_main_ref`).
+    """
     chosen = resources.select(notebooks)
     wanted = resources.models_for(chosen, models)
     if not wanted:
@@ -142,13 +205,18 @@ def download(
     out(f"Destination (Hugging Face cache): {root}")
     out(describe(plans))
     need = sum(p.missing_bytes for p in plans)
-    check_disk(root, need, free_bytes)
     if dry_run:
+        check_disk(root, need, free_bytes)
         out("Dry run: nothing downloaded.")
         return plans
     for p in plans:
+        clear_unfinished(root, p.repo_id, out)
+    check_disk(root, need, free_bytes)
+    for p in plans:
         out(f"Fetching {p.repo_id} ({len(p.files)} files, {_gib(p.missing_bytes)} to fetch) ...")
         fetch(p.repo_id, revision=p.revision, allow_patterns=p.patterns, cache_dir=cache_dir)
+        fault_point("download.repo-fetched")
+        publish_main_ref(root, p.repo_id, p.revision)
     out("Done." + (f" Before running the notebooks: export HF_HUB_CACHE={root}" if dest is not None else ""))
     return plans
 

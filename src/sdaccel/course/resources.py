@@ -23,7 +23,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from sdaccel.core.checkpoint import LORA_FILES, TINY_VAE_FILES, allow_patterns
-from sdaccel.core.staging import free_bytes
+from sdaccel.core.staging import free_bytes, nearest_existing
 
 PROFILES = ("smoke", "full")
 
@@ -245,4 +245,4 @@ def disk_shortfall(
 ) -> Disk:
     """The free bytes at ``path`` against ``need_bytes``: read on the nearest existing folder by
     ``read_free`` (default: :func:`sdaccel.core.staging.free_bytes`; tests pass a fake), compared in :attr:`Disk.short`."""
-    return Disk(Path(path), (read_free or free_bytes)(path), need_bytes)
+    return Disk(Path(path), (read_free or free_bytes)(nearest_existing(path)), need_bytes)

@@ -22,6 +22,14 @@ notebooks 04-06 share are not in any notebook's folder but in ``outputs/openvino
 checkpoint and weight precision, :func:`sdaccel.cpu.export.default_export_dir`): a re-run finds
 them and reuses them, and ``export_pipeline`` refuses one made from another checkpoint.
 
+A run stopped half-way changes nothing of the last finished one. Until a run finishes, papermill
+writes a hidden working copy and the earlier outputs wait in a hidden folder; the executed copy
+and the outputs are swapped in only when it finishes (a failed cell finishes it too: its copy
+shows the error). Stopped by Ctrl-C, or killed (the OOM killer, a closed laptop), the run ends its
+kernel and every process the kernel started, and puts the earlier outputs back: a guard process,
+which outlives the runner, does it when the runner is killed (:func:`guard_run`). Two runs of one
+notebook into one build folder take turns.
+
 The executed copies keep no ipywidgets state: each progress bar is replaced by its final text
 (:func:`drop_widget_state`).
 """
@@ -34,12 +42,15 @@ import json
 import os
 import re
 import shutil
+import subprocess
 import sys
 import time
-from dataclasses import dataclass
+import uuid
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from sdaccel.core.staging import replace_text
+from sdaccel.core.faults import fault_point
+from sdaccel.core.staging import replace_text, writer_lock
 from sdaccel.course import run_profiles
 
 REPO = run_profiles.REPO
@@ -250,25 +261,68 @@ def needed_tiny_checkpoints(notebooks: list[Path]) -> set[str]:
     return names
 
 
+def set_aside_outputs(output_dir: Path, earlier: Path) -> bool:
+    """Empty ``output_dir`` for a new run, the earlier outputs moved whole to ``earlier`` (a hidden
+    folder beside it) and their reusable exports (:data:`REUSED`) moved back. Returns whether there
+    were earlier outputs. :func:`keep_as_previous` or :func:`put_back_outputs` ends the run."""
+    if not output_dir.exists():
+        output_dir.mkdir(parents=True)
+        return False
+    shutil.rmtree(earlier, ignore_errors=True)
+    output_dir.rename(earlier)
+    output_dir.mkdir()
+    for name in REUSED:
+        if (earlier / name).exists():
+            (earlier / name).rename(output_dir / name)
+    return True
+
+
+def keep_as_previous(output_dir: Path, earlier: Path) -> Path | None:
+    """A run finished: its earlier outputs (``earlier``) become ``<output_dir>.previous``, replacing
+    an older one. Returns that folder, or ``None`` when the run had no earlier outputs."""
+    previous = output_dir.with_name(output_dir.name + ".previous")
+    if not earlier.exists():
+        return None
+    shutil.rmtree(previous, ignore_errors=True)
+    earlier.rename(previous)
+    return previous
+
+
+def put_back_outputs(output_dir: Path, earlier: Path, had_outputs: bool) -> None:
+    """A run stopped before it finished: what it wrote to ``output_dir`` goes, and the earlier
+    outputs come back in its place, with the reusable exports (:data:`REUSED`), which are whole
+    whenever they are there (the exporter publishes them by rename). Without earlier outputs, only
+    those exports stay."""
+    if earlier.exists():
+        for name in REUSED:
+            if (output_dir / name).exists() and not (earlier / name).exists():
+                (output_dir / name).rename(earlier / name)
+        shutil.rmtree(output_dir, ignore_errors=True)
+        earlier.rename(output_dir)
+    elif not had_outputs and output_dir.is_dir():
+        for entry in output_dir.iterdir():
+            if entry.name in REUSED:
+                continue
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry, ignore_errors=True)
+            else:
+                entry.unlink(missing_ok=True)
+        if not any(output_dir.iterdir()):
+            output_dir.rmdir()
+
+
 def fresh_output_dir(output_dir: Path) -> Path | None:
     """Empty ``output_dir`` for a new run without losing the last one's results.
 
     An existing folder is moved whole to ``<output_dir>.previous`` (replacing an older one), and
     the reusable exports of :data:`REUSED` are moved back. Returns the previous folder, or
     ``None`` when there was none. Within one Jupyter session, ``Results`` still updates
-    ``results.json`` key by key; only a new run by this runner starts empty.
+    ``results.json`` key by key; only a new run by this runner starts empty. (:func:`execute` does
+    the same in two steps, so that a run stopped half-way puts the earlier outputs back.)
     """
-    previous = output_dir.with_name(output_dir.name + ".previous")
-    if not output_dir.exists():
-        output_dir.mkdir(parents=True)
-        return None
-    shutil.rmtree(previous, ignore_errors=True)
-    output_dir.rename(previous)
-    output_dir.mkdir()
-    for name in REUSED:
-        if (previous / name).exists():
-            (previous / name).rename(output_dir / name)
-    return previous
+    earlier = output_dir.with_name(f".{output_dir.name}.earlier")
+    set_aside_outputs(output_dir, earlier)
+    return keep_as_previous(output_dir, earlier)
 
 
 def _failed_cell(executed: Path) -> str:
@@ -285,6 +339,183 @@ def _failed_cell(executed: Path) -> str:
     return "an unknown cell"
 
 
+# ----------------------------------------------------------------------------------------------
+# A run that is stopped half-way (Ctrl-C, its process killed) leaves the last finished run in place
+# ----------------------------------------------------------------------------------------------
+
+#: The environment variable that marks every process of one notebook run: the kernel inherits it
+#: from the runner, and whatever the kernel starts inherits it from the kernel, whatever their
+#: process group (:func:`end_run_processes`).
+RUN_MARKER = "SDACCEL_NOTEBOOK_RUN"
+
+#: The guard of a run (:func:`guard_run`), in a Python of its own. It ignores Ctrl-C, which a
+#: terminal sends to the runner's whole process group: it must outlive the runner to clean up.
+GUARD = """
+import signal, sys
+signal.signal(signal.SIGINT, signal.SIG_IGN)
+from pathlib import Path
+from sdaccel.course.run_notebooks import guard_run
+guard_run(Path(sys.argv[1]))
+"""
+
+
+@dataclass
+class RunFiles:
+    """Where one run of a notebook writes, and what it keeps until it finishes.
+
+    papermill writes the executed copy to the hidden ``working`` file, which replaces ``executed``
+    only when the run finishes (the earlier copy is kept as ``<name>.previous.ipynb``); the earlier
+    outputs wait in the hidden folder ``earlier`` meanwhile. The hidden ``note`` (JSON) records the
+    run while it lasts, so that whoever settles it (:func:`settle_run`) knows what to put back.
+    """
+
+    notebook: str
+    executed: Path
+    working: Path
+    output_dir: Path
+    earlier: Path
+    note: Path
+    run_id: str = ""
+    had_outputs: bool = False
+    finished: bool = False
+
+    @classmethod
+    def of(cls, notebook: Path, profile: str, build_dir: Path) -> RunFiles:
+        out_dir = build_dir / profile
+        output_dir = out_dir / "outputs" / notebook.stem
+        return cls(
+            notebook=notebook.name,
+            executed=out_dir / notebook.name,
+            working=out_dir / f".{notebook.stem}.running.ipynb",
+            output_dir=output_dir,
+            earlier=output_dir.with_name(f".{notebook.stem}.earlier"),
+            note=out_dir / f".{notebook.stem}.running.json",
+        )
+
+    @classmethod
+    def read(cls, note: Path) -> RunFiles | None:
+        try:
+            data = json.loads(note.read_text())
+        except (OSError, json.JSONDecodeError):
+            return None
+        paths = ("executed", "working", "output_dir", "earlier", "note")
+        return cls(**{k: Path(v) if k in paths else v for k, v in data.items()})
+
+    def write(self) -> None:
+        data = {k: str(v) if isinstance(v, Path) else v for k, v in asdict(self).items()}
+        replace_text(self.note, json.dumps(data, indent=1))
+
+    @property
+    def previous_copy(self) -> Path:
+        return self.executed.with_suffix(".previous.ipynb")
+
+
+def end_run_processes(run_id: str) -> list[int]:
+    """Kill (``SIGKILL``) every process that carries ``RUN_MARKER=run_id`` in its environment: the
+    kernel of that run and every process it started. Returns their pids."""
+    import psutil
+
+    ended: list[int] = []
+    for _ in range(5):  # again, for a process started while the others were being killed
+        found = []
+        for proc in psutil.process_iter():
+            if proc.pid == os.getpid():
+                continue
+            try:
+                if proc.environ().get(RUN_MARKER) == run_id:
+                    proc.kill()
+                    found.append(proc.pid)
+            except psutil.Error:
+                continue
+        if not found:
+            break
+        ended += found
+    return ended
+
+
+def settle_run(note: Path) -> str | None:
+    """Settle the run that ``note`` records and that nobody runs any more; say what was done.
+
+    1. A run that finished (its note says so) is published: the working copy becomes the executed
+       copy, the earlier one kept as ``<name>.previous.ipynb``, and the earlier outputs become
+       ``<output_dir>.previous``. Each step can be done again, so a publication cut short is
+       completed.
+    2. A run that did not finish is undone: its working copy is deleted and the earlier outputs are
+       put back (:func:`put_back_outputs`); the executed copy was never touched.
+    """
+    run = RunFiles.read(note)
+    if run is None:
+        note.unlink(missing_ok=True)
+        return None
+    if run.finished:
+        if run.working.exists():
+            if run.executed.exists():
+                shutil.copy2(run.executed, run.previous_copy)
+            os.replace(run.working, run.executed)
+        keep_as_previous(run.output_dir, run.earlier)
+        note.unlink(missing_ok=True)
+        return f"{run.notebook} had finished: its executed copy and outputs are now in place."
+    run.working.unlink(missing_ok=True)
+    put_back_outputs(run.output_dir, run.earlier, run.had_outputs)
+    note.unlink(missing_ok=True)
+    if run.had_outputs or run.executed.exists():
+        return f"{run.notebook} did not finish: its earlier executed copy and outputs are back in place."
+    return f"{run.notebook} did not finish, and nothing of it was kept (it had no earlier run)."
+
+
+def guard_run(note: Path) -> None:
+    """The guard of a run (started by :func:`start_guard`): wait until the runner says ``done`` on
+    standard input, or dies (the input ends), then end every process of the run
+    (:func:`end_run_processes`: a kernel lives on for a moment after its runner, and what it
+    started for good). When the runner died, settle what it left (:func:`settle_run`), taking its
+    turn as a writer of the executed copy."""
+    run = RunFiles.read(note)
+    said = sys.stdin.readline().strip()
+    if run is None:
+        return
+    end_run_processes(run.run_id)
+    if said == "done":
+        return
+    with writer_lock(run.executed):
+        if run.note.exists():
+            settled = settle_run(run.note)
+            if settled:
+                print(f"The runner of {run.notebook} was stopped: {settled}", file=sys.stderr, flush=True)
+
+
+def start_guard(run: RunFiles) -> subprocess.Popen | None:
+    """Start the guard of ``run`` (:func:`guard_run`) in a Python process of its own, which outlives
+    the runner by as long as it takes to clean up; ``None`` if it cannot start (the runner then
+    cleans up alone, and the next run settles what a killed runner left)."""
+    env = {k: v for k, v in os.environ.items() if k != RUN_MARKER}
+    try:
+        return subprocess.Popen(
+            [sys.executable, "-c", GUARD, str(run.note)], stdin=subprocess.PIPE, env=env, text=True
+        )
+    except OSError:
+        return None
+
+
+def stop_guard(guard: subprocess.Popen | None, run: RunFiles) -> None:
+    """Tell the guard that the runner is done and wait for it to end the run's processes (here, if
+    the guard is gone)."""
+    if guard is None or guard.poll() is not None:
+        end_run_processes(run.run_id)
+        return
+    try:
+        guard.stdin.write("done\n")
+        guard.stdin.close()
+    except OSError:
+        pass
+    try:
+        guard.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        guard.kill()
+        guard.wait()
+    if guard.returncode != 0:
+        end_run_processes(run.run_id)
+
+
 def execute(
     notebook: Path,
     profile: str,
@@ -292,29 +523,80 @@ def execute(
     checkpoints: Path,
     timeout: int | None = None,
 ) -> Run:
-    """Run one notebook with papermill; raise :class:`NotebookFailed` naming the cell on error."""
+    """Run one notebook with papermill; raise :class:`NotebookFailed` naming the cell on error.
+
+    The executed copy and the outputs of the last finished run stay in place until this run
+    finishes (:class:`RunFiles`). A run stopped half-way by Ctrl-C, or by its process being
+    killed, ends its kernel and every process the kernel started, and leaves the last finished run
+    in place (a guard process does it when the runner is killed: :func:`guard_run`). Two runs of
+    one notebook into one build folder take turns.
+    """
+    run = RunFiles.of(notebook, profile, build_dir)
+    params = profile_parameters(notebook, profile, checkpoints, run.output_dir)
+    run.executed.parent.mkdir(parents=True, exist_ok=True)
+    with writer_lock(run.executed):
+        # 1. Settle what a run stopped together with its guard left (a killed process group)
+        stale = RunFiles.read(run.note)
+        if stale is not None:
+            end_run_processes(stale.run_id)
+            print(f"  (an earlier run was stopped: {settle_run(run.note)})", flush=True)
+        # 2. Record the run (before anything moves), set the earlier outputs aside, start the guard
+        run.run_id, run.had_outputs = uuid.uuid4().hex, run.output_dir.exists()
+        run.write()
+        guard = None
+        try:
+            set_aside_outputs(run.output_dir, run.earlier)
+            guard = start_guard(run)
+            # 3. Execute into the working copy
+            started, seconds, error = _papermill(notebook, run, profile, params, checkpoints, timeout)
+            # 4. Publish it, a failed run's too (its copy shows the error); the note says so first.
+            #    A run that wrote no copy (its kernel did not start) is undone instead.
+            if run.working.exists():
+                _drop_widget_state_in(
+                    run.working
+                )  # the executed copy is documentation: text, not widget state
+                run.finished = True
+                run.write()
+                fault_point("run_notebooks.before-publish")
+            _publish(run, build_dir)
+        except BaseException as stop:
+            stop_guard(guard, run)
+            settled = settle_run(run.note)
+            if isinstance(stop, KeyboardInterrupt) and settled:
+                again = "" if run.finished else " Run it again to execute it."
+                print(f"Interrupted: {settled}{again}", file=sys.stderr, flush=True)
+            raise
+        stop_guard(guard, run)
+    if error is not None and not run.finished:
+        raise NotebookFailed(
+            f"{notebook.name} failed before it ran a cell ({type(error).__name__}: {error}); its earlier "
+            "executed copy and outputs are in place."
+        ) from error
+    if error is not None:
+        raise NotebookFailed(
+            f"{notebook.name} failed in {_failed_cell(run.executed)} (executed copy: {run.executed})"
+        ) from error
+    return Run(notebook, run.executed, run.output_dir, seconds, started)
+
+
+def _papermill(
+    notebook: Path, run: RunFiles, profile: str, params: dict, checkpoints: Path, timeout: int | None
+) -> tuple[float, float, Exception | None]:
+    """Execute ``notebook`` into ``run.working`` in a kernel whose environment has the profile's
+    settings and :data:`RUN_MARKER`. Returns when it started (``time.time()``), its seconds, and the
+    error of a failed cell (or ``None``); Ctrl-C and the like go through."""
     import papermill
 
-    out_dir = build_dir / profile
-    executed = out_dir / notebook.name
-    output_dir = out_dir / "outputs" / notebook.stem
-    params = profile_parameters(notebook, profile, checkpoints, output_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    if executed.exists():
-        previous = executed.with_suffix(".previous.ipynb")
-        shutil.copy2(executed, previous)
-        print(f"  (kept the earlier executed copy as {previous.relative_to(build_dir.parent)})")
-    previous_outputs = fresh_output_dir(output_dir)
-    if previous_outputs is not None:
-        print(f"  (moved the earlier outputs to {previous_outputs.relative_to(build_dir.parent)})")
     env_backup = dict(os.environ)
     # the kernel's profile cell (sdaccel.course.run_profiles.start) reads the same profile and checkpoints
-    os.environ.update({**PROFILE_ENV[profile], run_profiles.CHECKPOINTS_VAR: str(checkpoints)})
-    started, start = time.time(), time.perf_counter()
+    os.environ.update(
+        {**PROFILE_ENV[profile], run_profiles.CHECKPOINTS_VAR: str(checkpoints), RUN_MARKER: run.run_id}
+    )
+    started, start, error = time.time(), time.perf_counter(), None
     try:
         papermill.execute_notebook(
             str(notebook),
-            str(executed),
+            str(run.working),
             parameters=params,
             cwd=str(notebook.parent),
             kernel_name="python3",
@@ -322,14 +604,26 @@ def execute(
             execution_timeout=timeout,
         )
     except Exception as err:  # papermill raises PapermillExecutionError; anything else is also a failure
-        raise NotebookFailed(
-            f"{notebook.name} failed in {_failed_cell(executed)} (executed copy: {executed})"
-        ) from err
+        error = err
     finally:
         os.environ.clear()
         os.environ.update(env_backup)
-        _drop_widget_state_in(executed)  # the executed copy is documentation: text, not widget state
-    return Run(notebook, executed, output_dir, time.perf_counter() - start, started)
+    return started, time.perf_counter() - start, error
+
+
+def _publish(run: RunFiles, build_dir: Path) -> None:
+    """Publish a finished run, or undo one that wrote nothing (:func:`settle_run`), saying where
+    the earlier copy and outputs went."""
+    kept_copy, kept_outputs = run.executed.exists(), run.earlier.exists()
+    settled = settle_run(run.note)
+    if not run.finished:
+        print(f"  ({settled})", flush=True)
+        return
+    if kept_copy:
+        print(f"  (kept the earlier executed copy as {run.previous_copy.relative_to(build_dir.parent)})")
+    if kept_outputs:
+        previous = run.output_dir.with_name(run.output_dir.name + ".previous")
+        print(f"  (moved the earlier outputs to {previous.relative_to(build_dir.parent)})")
 
 
 def run_all(
@@ -375,7 +669,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--build-dir", type=Path, default=REPO / "build")
     parser.add_argument("--keep-going", action="store_true", help="run the rest after a failure")
     args = parser.parse_args(argv)
-    runs, failures = run_all(args.profile, args.only, args.build_dir, args.keep_going)
+    try:
+        runs, failures = run_all(args.profile, args.only, args.build_dir, args.keep_going)
+    except KeyboardInterrupt:  # execute() said which notebook stopped and what is in place
+        return 130
     total = sum(r.seconds for r in runs)
     print(f"\n{len(runs)} notebooks ran in {total:.0f} s; {len(failures)} failed.")
     for failure in failures:

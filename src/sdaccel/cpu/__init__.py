@@ -8,15 +8,15 @@ PyTorch). Import the module you need, e.g. ``from sdaccel.cpu.export import expo
 - :mod:`export`: ``export_pipeline``, ``default_export_dir``, ``is_complete``, ``reshape_static``,
   ``StaticShape``, ``text_to_image_components``, ``pipeline_class``, ``checkpoint_defaults``,
   ``vae_scale_factor_of``, ``convert_unet``, ``convert_text_encoder``, ``convert_vae_decoder``,
-  ``convert_vae_encoder``, ``convert_tokenizer``, ``save_ir``, ``export_sizes``, ``MODEL_XML``,
-  ``MANIFEST``, ``PIPELINE_COMPONENTS``
+  ``convert_vae_encoder``, ``convert_tokenizer``, ``save_ir``, ``read_ir``, ``check_ir``,
+  ``estimate_export_bytes``, ``export_sizes``, ``MODEL_XML``, ``MANIFEST``, ``PIPELINE_COMPONENTS``
 - :mod:`torch_modules`: ``TextEncoder``, ``UNet``, ``VAEDecoder``, ``VAEEncoder``, ``UNetPieces``,
   ``DeepCacheFull``, ``DeepCacheShallow`` (imports torch: the exporters import it when they convert)
 - :mod:`lora_export`: ``check_lora``, ``fuse_into_torch``, ``save_genai_adapter``, ``lora_settings``
 
 ## Pipelines
 - :mod:`pipeline`: ``OVPipeline``, ``run_diffusers``, ``diffusers_schedulers``
-- :mod:`genai`: ``GenAIPipeline``
+- :mod:`genai`: ``GenAIPipeline``, ``check_genai_scheduler``
 
 ## Precision
 - :mod:`precision`: ``choose_precision``, ``PrecisionChoice``, ``offered_precisions``,

@@ -48,6 +48,7 @@ image size, which lets the CPU plugin pick kernels for one shape ahead of time.
 
 from __future__ import annotations
 
+import errno
 import gc
 import json
 import logging
@@ -61,7 +62,16 @@ from pathlib import Path
 
 from sdaccel.core.checkpoint import CheckpointError, read_config, read_defaults, read_json, resolve_checkpoint
 from sdaccel.core.contract import Defaults, size_multiple, vae_scale_factor
-from sdaccel.core.staging import link_tree, replace_json, staged_folder
+from sdaccel.core.faults import fault_point
+from sdaccel.core.staging import (
+    clear_leftovers,
+    free_bytes,
+    link_tree,
+    replace_json,
+    require_free_space,
+    staged_folder,
+    writer_lock,
+)
 from sdaccel.cpu.lora_export import check_lora, fuse_into_torch, lora_settings
 
 log = logging.getLogger(__name__)
@@ -272,7 +282,6 @@ def convert_vae_encoder(vae, example_size: int = 128):
 
 def convert_tokenizer(src: Path, dst: Path) -> None:
     """Copy the HF tokenizer files and add OpenVINO tokenizer/detokenizer models (for GenAI)."""
-    import openvino as ov
     from openvino_tokenizers import convert_tokenizer as ov_convert_tokenizer
     from transformers import AutoTokenizer
 
@@ -281,8 +290,8 @@ def convert_tokenizer(src: Path, dst: Path) -> None:
         if path.is_file():
             shutil.copy2(path, dst / path.name)
     tokenizer, detokenizer = ov_convert_tokenizer(AutoTokenizer.from_pretrained(src), with_detokenizer=True)
-    ov.save_model(tokenizer, dst / TOKENIZER_XML)
-    ov.save_model(detokenizer, dst / DETOKENIZER_XML)
+    save_ir(tokenizer, dst / TOKENIZER_XML, compress_to_fp16=True)  # ov.save_model's default
+    save_ir(detokenizer, dst / DETOKENIZER_XML, compress_to_fp16=True)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -352,7 +361,7 @@ def reshape_static(target, batch: int = 1, height: int = 512, width: int = 512, 
     with staged_folder(folder) as stage:  # a failure half-way leaves the folder as it was
         link_tree(folder, stage)
         for xml in sorted(stage.glob(f"*/{MODEL_XML}")):
-            model = reshape_static(core.read_model(xml), batch, height, width, guidance, **kw)
+            model = reshape_static(read_ir(xml, core), batch, height, width, guidance, **kw)
             save_ir(model, xml, compress_to_fp16=False)  # constants already fp16 stay fp16
             del model
         if (stage / MANIFEST).is_file():
@@ -393,15 +402,108 @@ def is_static(model) -> bool:
 # ----------------------------------------------------------------------------------------------
 
 
+def unfinished_ir_files(xml: str | os.PathLike) -> list[Path]:
+    """The temporary files of a save of the IR ``xml`` (:func:`save_ir`) that never finished:
+    ``<stem>.tmp.xml`` and ``<stem>.tmp.bin`` beside it."""
+    xml = Path(xml)
+    return [
+        p for p in (xml.with_name(xml.stem + ".tmp.xml"), xml.with_name(xml.stem + ".tmp.bin")) if p.exists()
+    ]
+
+
 def save_ir(model, xml: Path, compress_to_fp16: bool) -> None:
-    """Save to a temporary name first: an interrupted save never leaves a valid-looking IR, and a
-    model read from ``xml`` (whose weights are memory-mapped) can be saved back over it."""
+    """Save ``model`` as the IR ``xml`` (and its ``.bin``) so that a reader never takes a
+    half-written one.
+
+    1. Remove what an earlier, interrupted save of ``xml`` left (:func:`unfinished_ir_files`).
+    2. Save to ``<stem>.tmp.xml`` / ``.tmp.bin``: a model read from ``xml`` (whose weights are
+       memory-mapped) can be saved back over it. A failure here removes them; the old pair stays.
+    3. Rename the ``.bin``, then the ``.xml``, into place. No rename moves two files at once: a
+       process killed between the two leaves the new ``.bin`` beside the old ``.xml``, with the new
+       ``.xml`` still under its temporary name, which is how :func:`check_ir` knows to refuse the
+       pair. Any other failure there (Ctrl-C) still makes the second rename: both files are whole.
+    """
     import openvino as ov
 
-    tmp = xml.with_name(xml.stem + ".tmp.xml")
-    ov.save_model(model, tmp, compress_to_fp16=compress_to_fp16)
-    os.replace(tmp.with_suffix(".bin"), xml.with_suffix(".bin"))
-    os.replace(tmp, xml)
+    # 1. What an interrupted save left
+    xml = Path(xml)
+    tmp, tmp_bin = xml.with_name(xml.stem + ".tmp.xml"), xml.with_name(xml.stem + ".tmp.bin")
+    for path in unfinished_ir_files(xml):
+        path.unlink()
+
+    # 2. The new pair under temporary names
+    try:
+        ov.save_model(model, tmp, compress_to_fp16=compress_to_fp16)
+        os.replace(tmp_bin, xml.with_suffix(".bin"))
+    except BaseException as error:
+        full = isinstance(error, RuntimeError) and free_bytes(xml.parent) < 2**20
+        tmp.unlink(missing_ok=True)
+        tmp_bin.unlink(missing_ok=True)
+        if full:  # OpenVINO reports a full disk as an iostream error
+            raise OSError(
+                errno.ENOSPC,
+                f"{os.strerror(errno.ENOSPC)} while saving {xml} (OpenVINO: {str(error).strip()}). Free "
+                "some space (old exports and build/ folders are safe to delete) or choose an output "
+                "folder on another disk.",
+            ) from error
+        raise
+
+    # 3. The .bin is in place: its .xml must follow
+    try:
+        fault_point("export.ir-between-renames")
+    finally:
+        os.replace(tmp, xml)
+
+
+def check_ir(xml: str | os.PathLike) -> Path:
+    """Raise :class:`CheckpointError`, naming the file and the fix, unless ``xml`` and its ``.bin``
+    are a whole pair that :func:`save_ir` finished; return ``xml`` as a ``Path``.
+
+    Three checks, all without reading the weights: both files are there; no unfinished save of
+    this IR is beside it (:func:`unfinished_ir_files`: its ``.bin`` may then belong to another
+    ``.xml``); the ``.bin`` is as long as the ``.xml`` says its weights are (a file cut short by a
+    full disk or a broken copy)."""
+    xml = Path(xml)
+    binary = xml.with_suffix(".bin")
+    fix = (
+        "Make it again: export_pipeline(..., force=True) for an exported model, or run again the "
+        "quantization (or other step) that saved it"
+    )
+    if not xml.is_file() or not binary.is_file():
+        missing = xml if not xml.is_file() else binary
+        raise CheckpointError(f"Missing {missing}: the IR {xml} is incomplete. {fix}.")
+    unfinished = unfinished_ir_files(xml)
+    if unfinished:
+        names = ", ".join(p.name for p in unfinished)
+        raise CheckpointError(
+            f"{xml} has {names} beside it: a save of this IR was interrupted (or is still running), "
+            f"so its .xml and .bin may not match. {fix} (that save removes {names})."
+        )
+    needed = ir_weight_bytes(xml)
+    size = binary.stat().st_size
+    if size < needed:
+        raise CheckpointError(
+            f"{binary} is shorter ({size:,} bytes) than its {xml.name} needs ({needed:,} bytes): it was "
+            f"cut short (a full disk, an interrupted copy). {fix}."
+        )
+    return xml
+
+
+def ir_weight_bytes(xml: str | os.PathLike) -> int:
+    """The bytes of the ``.bin`` that the IR ``xml`` reads: the end of its last constant."""
+    import re
+
+    text = Path(xml).read_text(errors="replace")
+    ends = (int(offset) + int(size) for offset, size in re.findall(r'offset="(\d+)"\s+size="(\d+)"', text))
+    return max(ends, default=0)
+
+
+def read_ir(xml: str | os.PathLike, core=None):
+    """``core.read_model(xml)`` (a new ``ov.Core`` by default) after :func:`check_ir`: an IR that
+    an interrupted save or a cut-short file left is refused with the fix, not read."""
+    import openvino as ov
+
+    return (core or ov.Core()).read_model(str(check_ir(xml)))
 
 
 def _component_files(component: str) -> tuple[str, ...]:
@@ -508,6 +610,16 @@ def export_pipeline(
 
     The new folder is written next to ``dst`` and renamed into place only when complete
     (:func:`sdaccel.core.staging.staged_folder`): a failure at any point leaves ``dst`` as it was.
+    Faults from outside the call are survived too:
+
+    * two exports of one ``dst`` at once (two notebooks that share the folder): the second says
+      that it waits, then finds the first one's export and reuses it rather than export again;
+    * a process killed mid-export leaves only a hidden ``.NAME.staging-*`` folder beside ``dst``
+      (as big as the export); the next call for ``dst``, whatever it then does, removes it and
+      says how much it freed;
+    * a disk without room for the weights (:func:`estimate_export_bytes`) is refused before
+      anything is loaded or written; one that fills up during the export fails it like any other
+      error.
 
     The PyTorch modules are loaded in float32, one at a time, and freed after their conversion,
     so the peak memory is about that of the largest component (the UNet) plus its IR.
@@ -532,39 +644,106 @@ def export_pipeline(
         "lora": lora_settings(adapters),
     }
 
-    # 2. What dst holds: nothing, a finished export to keep or add to, or something to refuse
-    old = {} if force else _reusable_manifest(dst, src)
-    if old and _already_exported(dst, src, names, old, settings):
-        return dst
-    todo = [n for n in names if not (old and _component_complete(dst, n))]
+    # 2. One writer of dst at a time: a second one waits here, then finds the first one's export
+    with writer_lock(dst):
+        clear_leftovers(dst)  # what a killed export left beside dst (its staging folder)
 
-    # 3. The new folder, written beside dst and renamed into place when complete
-    vae_config = read_config(src, "vae")
-    max_length = read_config(src, "text_encoder").get("max_position_embeddings", 77)
-    with staged_folder(dst) as stage:
-        if old:  # keep what is there (hard links: no copy of the weights, the originals untouched)
-            link_tree(dst, stage, skip={*todo, "model_index.json", "scheduler", MANIFEST})
-        _copy_index_and_scheduler(src, stage)
-        timings = _export_components(
-            src, stage, todo, static, weight_dtype, vae_config, max_length, adapters, progress
-        )
+        # 3. What dst holds: nothing, a finished export to keep or add to, or something to refuse
+        old = {} if force else _reusable_manifest(dst, src)
+        if old and _already_exported(dst, src, names, old, settings):
+            return dst
+        todo = [n for n in names if not (old and _component_complete(dst, n))]
 
-        # 4. The manifest: what was exported, how, and the sizes
-        exported = set(old.get("components", [])) | set(names)
-        replace_json(
-            stage / MANIFEST,
-            {
-                "source": str(src),
-                "source_fingerprint": source_fingerprint(src),
-                "pipeline": kind,
-                "components": [c for c in everything if c in exported],
-                "export_seconds": old.get("export_seconds", {}) | timings,
-                "sizes": export_sizes(stage),
-                "openvino": ov.get_version(),
-                **settings,
-            },
-        )
+        # 4. Room for it on dst's disk, before anything is loaded or written
+        need = estimate_export_bytes(src, todo, weight_dtype)
+        require_free_space(dst.parent, need, f"the OpenVINO export of {src.name} ({', '.join(todo)})")
+
+        # 5. The new folder, written beside dst and renamed into place when complete
+        vae_config = read_config(src, "vae")
+        max_length = read_config(src, "text_encoder").get("max_position_embeddings", 77)
+        with staged_folder(dst) as stage:
+            if old:  # keep what is there (hard links: no copy of the weights, the originals untouched)
+                link_tree(dst, stage, skip={*todo, "model_index.json", "scheduler", MANIFEST})
+            _copy_index_and_scheduler(src, stage)
+            timings = _export_components(
+                src, stage, todo, static, weight_dtype, vae_config, max_length, adapters, progress
+            )
+
+            # 6. The manifest: what was exported, how, and the sizes
+            exported = set(old.get("components", [])) | set(names)
+            replace_json(
+                stage / MANIFEST,
+                {
+                    "source": str(src),
+                    "source_fingerprint": source_fingerprint(src),
+                    "pipeline": kind,
+                    "components": [c for c in everything if c in exported],
+                    "export_seconds": old.get("export_seconds", {}) | timings,
+                    "sizes": export_sizes(stage),
+                    "openvino": ov.get_version(),
+                    **settings,
+                },
+            )
     return dst
+
+
+#: The checkpoint folder each exported component is converted from, and the prefixes of its
+#: weights' names (``None``: all of them); the VAE's encoder and decoder share one file.
+COMPONENT_WEIGHTS = {
+    "text_encoder": ("text_encoder", None),
+    "text_encoder_2": ("text_encoder_2", None),
+    "unet": ("unet", None),
+    "vae_decoder": ("vae", ("decoder.", "post_quant_conv.")),
+    "vae_encoder": ("vae", ("encoder.", "quant_conv.")),
+}
+
+
+def estimate_export_bytes(
+    src: str | os.PathLike, components: Iterable[str], weight_dtype: str = "fp32"
+) -> int:
+    """About the bytes of the ``.bin`` files that an export of ``components`` of the checkpoint
+    ``src`` writes: their weights at 4 bytes a value (2 with ``weight_dtype="fp16"``), counted
+    from the headers of the ``.safetensors`` files (no weight is read), plus the tokenizer
+    folders. The graphs (``.xml``) come on top, so a disk with less free space than this cannot
+    hold the export."""
+    src = Path(src)
+    width = 2 if weight_dtype == "fp16" else 4
+    total = 0
+    for name in components:
+        if name.startswith("tokenizer"):  # copied, and converted to two small IRs
+            total += sum(p.stat().st_size for p in (src / name).glob("*") if p.is_file())
+            continue
+        folder, prefixes = COMPONENT_WEIGHTS[name]
+        total += width * weight_values(src / folder, prefixes)
+    return total
+
+
+def weight_values(folder: Path, prefixes: tuple[str, ...] | None = None) -> int:
+    """The number of weight values in the ``.safetensors`` files of a checkpoint component (one
+    variant: the files without a variant such as ``.fp16`` when there are any), counting only the
+    tensors whose names start with one of ``prefixes`` when given. A file whose header cannot be
+    read counts its size in bytes divided by 4."""
+    import math
+    import struct
+
+    files = sorted(folder.glob("*.safetensors"))
+    plain = [f for f in files if "." not in f.name.removesuffix(".safetensors")]
+    count = 0
+    for path in plain or files:
+        try:
+            with open(path, "rb") as handle:
+                (length,) = struct.unpack("<Q", handle.read(8))
+                header = json.loads(handle.read(length))
+        except (OSError, ValueError, struct.error):
+            count += path.stat().st_size // 4
+            continue
+        header.pop("__metadata__", None)
+        count += sum(
+            math.prod(entry["shape"])
+            for key, entry in header.items()
+            if prefixes is None or key.startswith(prefixes)
+        )
+    return count
 
 
 def check_components(kind: str, components: Iterable[str] | None) -> tuple[str, ...]:
@@ -630,6 +809,7 @@ def _export_components(
         start = time.perf_counter()
         _export_component(src, stage / name, name, static, weight_dtype, vae_config, max_length, adapters)
         timings[name] = time.perf_counter() - start
+        fault_point("export.component-saved")  # one component written, the next not yet
     return timings
 
 

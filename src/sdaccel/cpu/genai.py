@@ -27,9 +27,9 @@ from pathlib import Path
 
 import numpy as np
 
-from sdaccel.core.checkpoint import CheckpointError, read_defaults, resolve_tiny_vae
+from sdaccel.core.checkpoint import CheckpointError, read_config, read_defaults, resolve_tiny_vae
 from sdaccel.core.contract import GenerationResult, check_inputs, make_timings, scheduler_class_name
-from sdaccel.cpu.export import StaticShape
+from sdaccel.cpu.export import MODEL_XML, StaticShape, check_ir
 from sdaccel.cpu.precision import CANDIDATES, choose_precision
 from sdaccel.cpu.tiny_vae import with_tiny_decoder
 
@@ -42,6 +42,31 @@ GENAI_SCHEDULERS = {
     "PNDMScheduler": "PNDM",
     "LMSDiscreteScheduler": "LMS_DISCRETE",
 }
+
+
+#: The prediction types that GenAI's scheduler of each class computes the denoised sample for,
+#: where it does not take all three. GenAI's ``LCMScheduler::step`` fills its buffer of predicted
+#: samples for ``"epsilon"`` only and then reads it whatever the type: on a ``"v_prediction"``
+#: export (SD 2.x) it reads an empty buffer and the process dies of SIGSEGV, with no Python error.
+GENAI_PREDICTION_TYPES = {"LCMScheduler": ("epsilon",)}
+
+
+def check_genai_scheduler(folder: str | os.PathLike, scheduler: str | None) -> None:
+    """Raise ``ValueError``, naming the reason and what runs instead, if GenAI's ``scheduler``
+    (a class name; ``None``: the export's own) cannot run the prediction type of the export
+    ``folder``'s scheduler config (:data:`GENAI_PREDICTION_TYPES`). Reads that config only."""
+    config = read_config(folder, "scheduler")
+    name = scheduler or config.get("_class_name")
+    prediction = config.get("prediction_type", "epsilon")
+    supported = GENAI_PREDICTION_TYPES.get(name)
+    if supported is not None and prediction not in supported:
+        raise ValueError(
+            f"OpenVINO GenAI's {name} (LCM) handles prediction_type {' or '.join(map(repr, supported))} "
+            f"only, and the scheduler config of {folder} has prediction_type {prediction!r} (an SD 2.x "
+            "checkpoint): GenAI would crash the whole process (SIGSEGV) at its first step. Run LCM on "
+            "this export with OVPipeline.from_pretrained(folder, scheduler='lcm'), whose sampler handles "
+            "it, or give GenAIPipeline another scheduler (scheduler='ddim' or 'euler')."
+        )
 
 
 class GenAIPipeline:
@@ -62,6 +87,8 @@ class GenAIPipeline:
       scheduler: ``None`` (the folder's own) or the names the other front-ends take (a short name
         of :data:`sdaccel.core.contract.SCHEDULER_NAMES`, or a class name) for the schedulers GenAI
         implements (:data:`GENAI_SCHEDULERS`); GenAI builds it from the folder's scheduler config.
+        LCM on a v-prediction (SD 2.x) export is refused before GenAI runs
+        (:func:`check_genai_scheduler`): GenAI's LCM would crash the process.
       vae: ``None`` (the export's own VAE decoder), ``"tiny"`` or the folder of an
         ``AutoencoderTiny``: GenAI loads the folder :func:`sdaccel.cpu.tiny_vae.with_tiny_decoder`
         makes beside the export, whose ``vae_decoder`` is the tiny one (as ``OVPipeline`` does).
@@ -86,6 +113,7 @@ class GenAIPipeline:
             raise ValueError(f"precision must be 'auto', one of {CANDIDATES} or None, got {precision!r}.")
         if not (self.folder / "model_index.json").is_file():
             raise CheckpointError(f"No OpenVINO export at {self.folder} (missing model_index.json).")
+        check_genai_scheduler(self.folder, self.scheduler)
         self.defaults = read_defaults(self.folder, "vae_decoder")
         properties = dict(ov_config or {})
         self.static = StaticShape.coerce(static)
@@ -96,6 +124,8 @@ class GenAIPipeline:
             )
         if vae is not None:
             self.folder = with_tiny_decoder(self.folder, resolve_tiny_vae(self.folder, vae))
+        for xml in sorted(self.folder.glob(f"*/{MODEL_XML}")):  # GenAI would read a broken IR as it is
+            check_ir(xml)
         self.precision_choice = None
         if precision == "auto":
             shape = self.static or StaticShape(1, self.defaults.height, self.defaults.width, True)

@@ -61,6 +61,7 @@ from sdaccel.cpu.export import (
     MODEL_XML,
     PIPELINE_COMPONENTS,
     StaticShape,
+    read_ir,
     reshape_static,
     vae_scale_factor_of,
 )
@@ -262,15 +263,16 @@ class OVPipeline:
         return self.compile_config_for("unet")
 
     def _compile(self, component_or_model, name: str):
-        """Read (if a component name or a path), reshape when static, compile with the compile
-        properties of the component loaded as ``name`` (see :meth:`_load`)."""
+        """Read (if a component name or a path; :func:`sdaccel.cpu.export.read_ir` refuses an IR
+        that an interrupted save left), reshape when static, compile with the compile properties
+        of the component loaded as ``name`` (see :meth:`_load`)."""
         import openvino as ov
 
         model = component_or_model
         if isinstance(model, str) and not model.endswith(".xml"):
             model = self.folder / model / MODEL_XML
         if isinstance(model, str | os.PathLike):
-            model = self.core.read_model(model)
+            model = read_ir(model, self.core)
         if isinstance(model, ov.CompiledModel):
             return model
         if self.static is not None:

@@ -23,7 +23,11 @@ a rule, :func:`choose_precision` measures:
    keyed by the CPU model and instruction sets (:mod:`sdaccel.core.env`), the OpenVINO version and the
    plugin's capabilities, the device and compile properties, the input shapes and the models' IR
    (a hash of each ``.xml``). A later call with the same key reads it back instead of measuring;
-   any other CPU, version, size or export measures again.
+   any other CPU, version, size or export measures again, and so does a file that is not one
+   this module wrote whole (cut short, hand-edited: said in one line), never trusted. Two
+   processes choosing for one folder take turns (:func:`sdaccel.core.staging.writer_lock`): the
+   second says that it waits, then reads the first one's choice. A process killed while it
+   measures leaves the file as it was.
 
 The result, :class:`PrecisionChoice`, has ``.chosen`` (component -> precision), ``.table()`` and
 ``.summary()`` ("f32 chosen for the UNet: 1.5x faster than bf16 on this CPU") and round-trips
@@ -32,10 +36,12 @@ through JSON.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import os
 import statistics
+import sys
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
@@ -45,8 +51,9 @@ import numpy as np
 
 from sdaccel.core.checkpoint import CheckpointError, read_config, read_defaults, read_json
 from sdaccel.core.env import cpu_features, cpu_model
-from sdaccel.core.staging import replace_json
-from sdaccel.cpu.export import MODEL_XML, StaticShape, reshape_static, vae_scale_factor_of
+from sdaccel.core.faults import fault_point
+from sdaccel.core.staging import clear_leftovers, replace_json, writer_lock
+from sdaccel.cpu.export import MODEL_XML, StaticShape, check_ir, read_ir, reshape_static, vae_scale_factor_of
 
 log = logging.getLogger(__name__)
 
@@ -247,32 +254,60 @@ class PrecisionChoice:
 # ----------------------------------------------------------------------------------------------
 
 
-def _cached_entries(path: Path) -> list[dict]:
-    """The entries of a cache file; none when it is missing or unreadable (then it is measured
-    again and rewritten)."""
+def _cached_entries(path: Path, say: bool = False) -> list[dict]:
+    """The entries of a cache file; none when it is missing, from another version of this module
+    (another :data:`SCHEMA`) or broken (then it is measured again and rewritten; with ``say``, a
+    broken file is named in one line on stderr)."""
+    if not path.is_file():
+        return []
     try:
         data = read_json(path)
-        entries = data["choices"] if data.get("schema") == SCHEMA else []
-        return [e for e in entries if isinstance(e, dict) and "key" in e]
-    except FileNotFoundError:
-        return []
-    except (ValueError, KeyError, TypeError, AttributeError) as error:
-        log.info("ignoring %s (%s): measuring again", path, error)
+        if not isinstance(data, dict) or data.get("schema") != SCHEMA:
+            return []
+        return [e for e in data["choices"] if isinstance(e, dict) and "key" in e]
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        if say:
+            print(
+                f"Ignoring {path}: not a readable precision choice ({error}); measuring again.",
+                file=sys.stderr,
+            )
         return []
 
 
 def cached_choice(path: str | os.PathLike, key: dict) -> PrecisionChoice | None:
-    """The choice stored in ``path`` under ``key``, or ``None``."""
-    for entry in _cached_entries(Path(path)):
-        if entry["key"] == key:
-            try:
-                choice = PrecisionChoice.from_json(entry)
-            except (ValueError, KeyError, TypeError) as error:
-                log.info("ignoring an entry of %s (%s)", path, error)
-                return None
-            choice.cached = True
-            return choice
+    """The choice stored in ``path`` under ``key``, or ``None`` (then it is measured again).
+
+    An entry is trusted only if it reads back whole and chooses, for exactly the components of
+    ``key``, one of its candidates; a file or entry that fails is named in one line on stderr."""
+    path = Path(path)
+    for entry in _cached_entries(path, say=True):
+        if entry["key"] != key:
+            continue
+        try:
+            choice = PrecisionChoice.from_json(entry)
+            check_choice(choice, key)
+        except (ValueError, KeyError, TypeError, statistics.StatisticsError) as error:
+            print(
+                f"Ignoring {path}: its entry for this CPU and export is broken ({error}); measuring again.",
+                file=sys.stderr,
+            )
+            return None
+        choice.cached = True
+        return choice
     return None
+
+
+def check_choice(choice: PrecisionChoice, key: dict) -> None:
+    """Raise ``ValueError`` unless ``choice`` chooses one of ``key``'s candidates for each of
+    ``key``'s components and no other, each measured one a whole measurement."""
+    candidates, components = set(key["candidates"]), set(key["models"])
+    if set(choice.components) != components:
+        raise ValueError(f"it chooses for {sorted(choice.components)}, not {sorted(components)}")
+    for name, entry in choice.components.items():
+        if entry.chosen not in candidates or not set(entry.measurements) <= candidates:
+            raise ValueError(f"the {name} choice {entry.chosen!r} is not one of {sorted(candidates)}")
+        if any(not m.times for m in entry.measurements.values()):
+            raise ValueError(f"a {name} measurement has no timed call")
 
 
 def store_choice(path: str | os.PathLike, choice: PrecisionChoice, keep: int = 16) -> Path:
@@ -440,15 +475,63 @@ def choose_precision(
     offered = offered_precisions(core, device)
     candidates = check_candidates(candidates if candidates is not None else offered)
 
-    # 2. The shape to time, and the cached choice when its key matches
+    # 2. The shape to time, and what the cache is keyed by
     defaults = read_defaults(folder, "vae_decoder")
     shape = StaticShape(batch, height or defaults.height, width or defaults.width, guidance)
     key = choice_key(folder, shape, static, device, ov_config, candidates, offered, components)
-    path = folder / CHOICE_FILE
-    if cache and (previous := cached_choice(path, key)) is not None:
-        return previous
 
-    # 3. Time each component in each candidate precision
+    # 3. One chooser of a folder at a time: a second one waits, then reads the first one's choice
+    path = folder / CHOICE_FILE
+    with writer_lock(path) if cache else contextlib.nullcontext():
+        if cache:
+            clear_leftovers(path, [f".{CHOICE_FILE}.*.tmp"])  # what a killed writer of the file left
+            if (previous := cached_choice(path, key)) is not None:
+                return previous
+
+        # 4. Time each component in each candidate precision
+        choice = measure_components(
+            folder,
+            components,
+            candidates,
+            key,
+            offered,
+            core=core,
+            shape=shape,
+            static=static,
+            device=device,
+            ov_config=ov_config,
+            iters=iters,
+            warmup=warmup,
+            timer=timer,
+        )
+
+        # 5. Cache the choice beside the export
+        if cache:
+            try:
+                store_choice(path, choice)
+            except OSError as error:  # a read-only export still gets its choice, only not cached
+                log.warning("could not cache the precision choice in %s (%s)", path, error)
+    return choice
+
+
+def measure_components(
+    folder: Path,
+    components: tuple[str, ...],
+    candidates: tuple[str, ...],
+    key: dict,
+    offered: tuple[str, ...],
+    *,
+    core,
+    shape: StaticShape,
+    static: bool,
+    device: str,
+    ov_config: dict,
+    iters: int,
+    warmup: int,
+    timer: Callable[[], float],
+) -> PrecisionChoice:
+    """Time each of ``components`` of ``folder`` in each of ``candidates`` (:func:`choose_component`)
+    and make the :class:`PrecisionChoice` recorded under ``key``."""
     start = time.perf_counter()
     factor = vae_scale_factor_of(folder)
     max_length = read_config(folder, "text_encoder").get("max_position_embeddings", 77)
@@ -457,7 +540,7 @@ def choose_precision(
         if len(candidates) == 1:  # nothing to choose between: no need to read or time anything
             chosen[component] = ComponentChoice({}, {}, candidates[0])
             continue
-        model = core.read_model(folder / component / MODEL_XML)
+        model = read_ir(folder / component / MODEL_XML, core)
         chosen[component] = choose_component(
             model,
             core,
@@ -473,21 +556,14 @@ def choose_precision(
             timer,
         )
         del model
-    choice = PrecisionChoice(
+        fault_point("precision.component-measured")  # one component timed, the next not yet
+    return PrecisionChoice(
         key=key,
         machine=machine_key(),
         offered=list(offered),
         components=chosen,
         choosing_s=time.perf_counter() - start,
     )
-
-    # 4. Cache the choice beside the export
-    if cache:
-        try:
-            store_choice(path, choice)
-        except OSError as error:  # a read-only export still gets its choice, only not cached
-            log.warning("could not cache the precision choice in %s (%s)", path, error)
-    return choice
 
 
 def check_choice_request(folder: Path, components, iters: int, warmup: int) -> tuple[str, ...]:
@@ -504,6 +580,8 @@ def check_choice_request(folder: Path, components, iters: int, warmup: int) -> t
     missing = [c for c in components if not (folder / c / MODEL_XML).is_file()]
     if missing:
         raise CheckpointError(f"{folder} has no {MODEL_XML} for {missing}: export them first.")
+    for component in components:  # an IR left by an interrupted save is refused before any timing
+        check_ir(folder / component / MODEL_XML)
     return components
 
 

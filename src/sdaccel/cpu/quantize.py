@@ -55,14 +55,27 @@ For the SDXL UNet (f32 IR, same calibration), hybrid peaked at 18.8 GiB RSS of w
 anonymous (the rest is the memory-mapped IR, which the kernel can drop), and full INT8 with
 SmoothQuant and bias correction off at 20.4 GiB RSS, 15.5 GiB anonymous; with bias correction on
 it passed 16 GiB anonymous.
+
+Faults from outside a call (a kill, Ctrl-C, a full disk, a second quantization of the same file)
+never leave a half-written result: a quantized IR is written in a hidden working folder beside its
+destination and moved into place at the end (:func:`ir_workspace`, :func:`publish_ir`), by one
+writer at a time; what a killed writer left is removed, or put back, by the next one. A calibration
+set replaces its folder whole (:meth:`CalibrationSet.save`, :func:`collect_unet_inputs`). Each long
+write checks the room on its disk first, and a full disk is reported as such, with what to do.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import logging
+import math
 import os
 import random
 import re
+import shutil
+import sys
+import tempfile
 import time
 from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence, Sized
@@ -71,7 +84,15 @@ from pathlib import Path
 
 import numpy as np
 
-from sdaccel.core.staging import check_writable, staged_folder
+from sdaccel.core.faults import fault_point
+from sdaccel.core.staging import (
+    check_writable,
+    clear_leftovers,
+    disk_bytes,
+    require_free_space,
+    staged_folder,
+    writer_lock,
+)
 from sdaccel.core.timing import time_calls
 
 #: The three INT8 recipes, by the names used in results, benchmarks and folders.
@@ -105,13 +126,16 @@ def read_model(model_or_path):
     """An ``ov.Model`` from a model or an IR path (``.xml``, read memory-mapped by OpenVINO).
 
     Every recipe below transforms the model it is given in place (NNCF does); pass
-    ``model.clone()`` to keep the original.
+    ``model.clone()`` to keep the original. A path is checked first
+    (:func:`sdaccel.cpu.export.read_ir`): an IR left by an interrupted save is refused.
     """
     import openvino as ov
 
+    from sdaccel.cpu.export import read_ir
+
     if isinstance(model_or_path, ov.Model):
         return model_or_path
-    return ov.Core().read_model(str(model_or_path))
+    return read_ir(model_or_path)
 
 
 def sensitive_layers_scope(
@@ -418,15 +442,67 @@ class CalibrationSet:
                 yield {name: npz[name] for name in (npz.files if self.names is None else self.names)}
 
     def write(self, index: int, sample: dict[str, np.ndarray]) -> None:
+        """Write ``sample`` as the ``index``-th file (replacing one of that index)."""
         self.folder.mkdir(parents=True, exist_ok=True)
         np.savez(self.folder / f"sample_{index:05d}.npz", **sample)
+        fault_point("quantize.calibration-sample-saved")
+
+    def require_room_for(self, more: int, what: str = "the calibration set", fewer: str = "") -> None:
+        """Raise ``OSError(ENOSPC)``, naming the fix (and ``fewer``, how to ask for fewer samples),
+        unless ``more`` samples of the size of the first one fit on the disk: called once the first
+        sample is written, before the others."""
+        files = self.files
+        if not files or more <= 0:
+            return
+        size = disk_bytes(files[0])
+        fewer = f"; or {fewer}" if fewer else ""
+        require_free_space(
+            self.folder, size * more, f"{what} ({more} more samples of {size / 2**20:.1f} MiB{fewer})"
+        )
 
     @classmethod
     def save(cls, samples: Iterable[dict[str, np.ndarray]], folder: str | os.PathLike) -> CalibrationSet:
-        calibration = cls(folder)
-        for index, sample in enumerate(samples):
-            calibration.write(index, sample)
-        return calibration
+        """Write ``samples`` (any iterable: they are streamed) one file each into ``folder``, which is
+        replaced whole at the end (:func:`sdaccel.core.staging.staged_folder`): a save that fails or
+        is killed half-way leaves the previous set as it was. When ``samples`` has a length, the
+        room for all of them is checked once the first is written."""
+        count = len(samples) if isinstance(samples, Sized) else None
+        try:
+            with staged_folder(folder) as stage:
+                store = cls(stage)
+                for index, sample in enumerate(samples):
+                    store.write(index, sample)
+                    if index == 0 and count is not None:
+                        store.require_room_for(count - 1)
+        except OSError as exc:
+            error = full_disk_error(exc, f"Writing the calibration set {folder}")
+            if error is None:
+                raise
+            raise error from exc
+        return cls(folder)
+
+
+#: What to do when a disk is full: the end of every such message here.
+FREE_SPACE_FIX = (
+    "Free some space (old exports and build/ folders are safe to delete) or choose an output folder "
+    "on another disk."
+)
+
+
+def full_disk_error(exc: OSError, what: str, after: str = "") -> OSError | None:
+    """The error to raise for ``exc``, met during ``what``: ``None`` (raise ``exc`` as it is) unless
+    it is a full disk (``ENOSPC``) that does not name the fix yet; else an ``OSError(ENOSPC)`` that
+    says the disk is full, during what, and what to do (then ``after``: what was kept)."""
+    if exc.errno != errno.ENOSPC or "Not enough free disk" in str(exc):
+        return None
+    detail = (exc.strerror or str(exc)).strip().rstrip(".")
+    fix = "" if "Free some space" in detail else " " + FREE_SPACE_FIX
+    return OSError(errno.ENOSPC, f"{what} stopped: the disk is full ({detail}).{fix}{after}")
+
+
+def size_text(nbytes: float) -> str:
+    """``nbytes`` for a message: in GiB from 1 GiB up, else in MiB."""
+    return f"{nbytes / 2**30:.2f} GiB" if nbytes >= 2**30 else f"{nbytes / 2**20:.0f} MiB"
 
 
 class Reservoir:
@@ -492,7 +568,9 @@ def collect_unet_inputs(
 
     An empty ``prompts`` or an ``out_dir`` that cannot be written is refused before the first
     image. ``out_dir`` is replaced whole, and only at the end (:func:`sdaccel.core.staging.staged_folder`):
-    a run that fails half-way leaves the previous calibration set as it was.
+    a run that fails half-way (or is killed) leaves the previous calibration set as it was. Once the
+    first sample is on disk, the room for the others is checked (samples x bytes per sample), so a
+    disk too small is refused after one image, not after all of them.
     """
     from tqdm.auto import tqdm
 
@@ -503,6 +581,7 @@ def collect_unet_inputs(
             "the shipped ones, or a file with one prompt per line)."
         )
     size = {} if height is None else {"height": height, "width": width}
+    kept = min(num_samples, math.ceil(len(prompts) * steps / stride))  # one UNet call per step
 
     def run(store: CalibrationSet | None) -> Reservoir:
         reservoir = Reservoir(num_samples, seed=seed, store=store)
@@ -512,6 +591,8 @@ def collect_unet_inputs(
             nonlocal calls
             if calls % stride == 0:
                 reservoir.add({name: np.array(value, copy=True) for name, value in inputs.items()})
+                if store is not None and reservoir.seen == 1:
+                    store.require_room_for(kept - 1, fewer="keep fewer samples (num_samples)")
             calls += 1
 
         for index, prompt in enumerate(tqdm(prompts, desc="calibration", disable=not progress)):
@@ -528,8 +609,14 @@ def collect_unet_inputs(
 
     if out_dir is None:
         return run(None).items
-    with staged_folder(out_dir) as stage:
-        run(CalibrationSet(stage))
+    try:
+        with staged_folder(out_dir) as stage:
+            run(CalibrationSet(stage))
+    except OSError as exc:
+        error = full_disk_error(exc, f"Collecting the calibration set into {out_dir}")
+        if error is None:
+            raise
+        raise error from exc
     return CalibrationSet(out_dir)
 
 
@@ -575,6 +662,112 @@ def describe_ir(model) -> dict[str, int]:
     }
 
 
+# ----------------------------------------------------------------------------------------------
+# Writing a quantized IR
+# ----------------------------------------------------------------------------------------------
+
+#: The result's name in a working folder, and what :func:`publish_ir` leaves there while it
+#: replaces the destination: a note that it began, and a hard link to the old ``.bin``.
+RESULT_XML = "result.xml"
+PUBLISHING = "publishing"
+PREVIOUS_BIN = "previous.bin"
+
+
+def working_folder_pattern(dst_xml: str | os.PathLike) -> str:
+    """The glob, in ``dst_xml``'s folder, of the hidden working folders of its quantizations."""
+    return f".{Path(dst_xml).stem}-parts-*"
+
+
+def pending_xml(dst_xml: str | os.PathLike) -> Path:
+    """Where :func:`publish_ir` puts the new ``.xml`` between its renames: ``<stem>.tmp.xml``, the
+    name of an unfinished save (:func:`sdaccel.cpu.export.save_ir`), so that a reader's
+    :func:`sdaccel.cpu.export.check_ir` refuses the pair meanwhile."""
+    dst = Path(dst_xml)
+    return dst.with_name(dst.stem + ".tmp.xml")
+
+
+@contextlib.contextmanager
+def ir_workspace(dst_xml: str | os.PathLike) -> Iterator[Path]:
+    """``with ir_workspace(dst_xml) as work:`` be the only writer of the IR ``dst_xml``, working in
+    ``work``: a new hidden folder beside it (``.<stem>-parts-*``, on the same file system), deleted
+    when the block ends, however it ends.
+
+    1. Take :func:`sdaccel.core.staging.writer_lock` on ``dst_xml``: a second writer says that it
+       waits, and waits. The kernel releases the lock of a killed writer.
+    2. Undo a :func:`publish_ir` that a killed writer left between its renames (:func:`put_back_ir`).
+    3. Remove the working folders that killed writers left beside ``dst_xml``, saying how much it
+       freed (:func:`sdaccel.core.staging.clear_leftovers`).
+    4. Make the working folder.
+    """
+    dst = Path(dst_xml)
+    check_writable(dst.parent)
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    with writer_lock(dst):
+        pattern = working_folder_pattern(dst)
+        for old in sorted(dst.parent.glob(pattern)):
+            if put_back_ir(dst, old):
+                print(
+                    f"Put back {dst.with_suffix('.bin').name}, which an interrupted quantization had "
+                    f"replaced: {dst.name} is the IR it was before.",
+                    file=sys.stderr,
+                )
+        clear_leftovers(dst, [pattern])
+        work = Path(tempfile.mkdtemp(prefix=pattern[:-1], dir=dst.parent))
+        try:
+            yield work
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+def publish_ir(result_xml: str | os.PathLike, dst_xml: str | os.PathLike) -> Path:
+    """Move the finished IR ``result_xml`` (an ``.xml`` and its ``.bin`` in an
+    :func:`ir_workspace`) to ``dst_xml``, replacing the IR there. No rename moves two files at
+    once, so:
+
+    1. the old ``.bin`` (if any) is kept by a hard link in the working folder, beside a note that
+       publishing began;
+    2. the new ``.xml`` goes beside ``dst_xml`` as :func:`pending_xml`;
+    3. the new ``.bin`` replaces the old one;
+    4. the new ``.xml`` replaces the old one.
+
+    A failure between 2 and 4 puts the old ``.bin`` back at once (:func:`put_back_ir`); a process
+    killed there leaves the note, and the next writer of ``dst_xml`` puts it back. Returns ``dst_xml``.
+    """
+    result, dst = Path(result_xml), Path(dst_xml)
+    work, old_bin, pending = result.parent, dst.with_suffix(".bin"), pending_xml(dst)
+    if old_bin.exists():
+        try:
+            os.link(old_bin, work / PREVIOUS_BIN)
+        except OSError:  # no hard links on this file system
+            shutil.copy2(old_bin, work / PREVIOUS_BIN)
+    (work / PUBLISHING).write_text(str(dst))
+    try:
+        os.replace(result, pending)
+        os.replace(result.with_suffix(".bin"), old_bin)
+        fault_point("quantize.between-renames")
+        os.replace(pending, dst)
+    except BaseException:
+        put_back_ir(dst, work)
+        raise
+    return dst
+
+
+def put_back_ir(dst_xml: str | os.PathLike, work: str | os.PathLike) -> bool:
+    """Undo a :func:`publish_ir` from the working folder ``work`` that stopped between its renames:
+    the old ``.bin`` back (or the new one removed, where there was none), the new ``.xml`` removed,
+    so that ``dst_xml`` is the IR it was. Returns whether there was one to undo."""
+    dst, work = Path(dst_xml), Path(work)
+    pending = pending_xml(dst)
+    if not (work / PUBLISHING).is_file() or not pending.exists():
+        return False
+    if (work / PREVIOUS_BIN).exists():
+        os.replace(work / PREVIOUS_BIN, dst.with_suffix(".bin"))
+    else:
+        dst.with_suffix(".bin").unlink(missing_ok=True)
+    pending.unlink()
+    return True
+
+
 def quantize_ir(
     src_xml: str | os.PathLike,
     dst_xml: str | os.PathLike,
@@ -597,18 +790,18 @@ def quantize_ir(
     ignored node). Returns the time and the IR's size and :func:`describe_ir` counts.
 
     Before any work: the variant, the source IR, the calibration data (:func:`check_calibration`)
-    and that ``dst_xml``'s folder can be written are checked. The IR is saved under a temporary
-    name and renamed into place, so a failure never leaves a half-written ``dst_xml``.
+    and that ``dst_xml``'s folder can be written are checked; then, as the only writer of
+    ``dst_xml`` (:func:`ir_workspace`: a second quantization of it waits, then does its own), that
+    its disk has room for the result (about the size of the source IR). The IR is saved in a hidden
+    working folder and moved into place at the end (:func:`publish_ir`), so a failure, a Ctrl-C or
+    a kill never leaves a half-written ``dst_xml``: it is the old IR or the new one.
 
     ``max_memory_gb`` chooses the number of parts (:func:`parts_for_budget`), or ``parts`` sets it.
     With either, the work goes to :func:`quantize_in_parts`: each step in a child process watched
     at ``max_memory_gb`` (the calibration must then be a folder), one part at a time, or the whole
     UNet in one child when one part fits. With neither, the UNet is quantized here, in one piece.
     """
-    import nncf
-
-    from sdaccel.cpu.export import save_ir
-
+    # 1. Check the request
     data = check_calibration(calibration, variant)
     if not Path(src_xml).is_file():
         raise FileNotFoundError(f"No IR at {src_xml}: export the UNet first (sdaccel.cpu.export).")
@@ -625,18 +818,48 @@ def quantize_ir(
             log_level=log_level,
             **knobs,
         )
+
+    # 2. Quantize and save in a working folder beside dst_xml, then move the result into place
+    try:
+        with ir_workspace(dst_xml) as work:
+            start = time.perf_counter()
+            require_free_space(
+                work.parent, ir_size_bytes(src_xml), f"the {variant} IR of {Path(src_xml).name}"
+            )
+            report = quantize_to_file(
+                src_xml, work / RESULT_XML, variant, data, subset_size, log_level, **knobs
+            )
+            publish_ir(work / RESULT_XML, dst_xml)
+    except OSError as exc:
+        error = full_disk_error(exc, f"Quantizing {src_xml} ({variant})")
+        if error is None:
+            raise
+        raise error from exc
+    return {**report, "seconds": time.perf_counter() - start, "size_bytes": ir_size_bytes(dst_xml)}
+
+
+def quantize_to_file(
+    src_xml: str | os.PathLike,
+    out_xml: str | os.PathLike,
+    variant: str,
+    calibration=None,
+    subset_size: int = 200,
+    log_level: int = logging.WARNING,
+    **knobs,
+) -> dict:
+    """Quantize the IR at ``src_xml`` with ``variant`` and save it at ``out_xml``, a file of a
+    working folder (:func:`ir_workspace`; nothing is locked or published here): the core of
+    :func:`quantize_ir`, and the child-process unit of :func:`quantize_in_parts`'s stage ``whole``.
+    Returns the variant and :func:`describe_ir`'s counts."""
+    import nncf
+
+    from sdaccel.cpu.export import save_ir
+
     nncf.set_log_level(log_level)
-    start = time.perf_counter()
+    data = check_calibration(calibration, variant)
     model = quantize_variant(read_model(src_xml), variant, data, subset_size, **knobs)
-    Path(dst_xml).parent.mkdir(parents=True, exist_ok=True)
-    save_ir(model, Path(dst_xml), compress_to_fp16=False)
-    return {
-        "variant": variant,
-        "parts": 1,
-        "seconds": time.perf_counter() - start,
-        "size_bytes": ir_size_bytes(dst_xml),
-        **describe_ir(model),
-    }
+    save_ir(model, Path(out_xml), compress_to_fp16=False)
+    return {"variant": variant, "parts": 1, **describe_ir(model)}
 
 
 # ----------------------------------------------------------------------------------------------
@@ -716,7 +939,8 @@ def quantize_part(
     """Child-process unit: quantize one part with ``variant`` on its inputs read from the sample
     files in ``state``, save it at ``out_xml``; then, with ``next_state``, run the *float* part on
     every sample and write the next state: those tensors of ``keep`` (what later parts read) that
-    this state or the part's outputs hold."""
+    this state or the part's outputs hold. They are streamed to disk one sample at a time; once the
+    first is written, the room for the others is checked."""
     import gc
 
     import nncf
@@ -738,14 +962,21 @@ def quantize_part(
     start = time.perf_counter()
     compiled = ov.Core().compile_model(read_model(part_xml), "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
     request = compiled.create_infer_request()
-    Path(next_state).mkdir(parents=True, exist_ok=True)
-    for path in sorted(Path(state).glob("sample_*.npz"))[:subset_size]:
+    crossing = CalibrationSet(next_state)
+    samples = CalibrationSet(state, limit=subset_size).files
+    crossing.folder.mkdir(parents=True, exist_ok=True)
+    for index, path in enumerate(samples):
         with np.load(path) as npz:
             values = {name: npz[name] for name in npz.files}
         request.infer({name: values[name] for name in inputs})
         for output in compiled.outputs:
             values[ir_parts.tensor_name(output)] = np.array(request.get_tensor(output).data, copy=True)
-        np.savez(Path(next_state) / path.name, **{name: values[name] for name in keep if name in values})
+        np.savez(crossing.folder / path.name, **{name: values[name] for name in keep if name in values})
+        fault_point("quantize.crossing-sample-saved")
+        if index == 0:
+            crossing.require_room_for(
+                len(samples) - 1, "the tensors crossing into the next part", "use fewer samples (subset_size)"
+            )
     return {"quantize_s": seconds, "propagate_s": time.perf_counter() - start}
 
 
@@ -788,58 +1019,72 @@ def quantize_in_parts(
     Each step runs in a child process (:func:`sdaccel.core.processes.run_with_memory_limit`, stopped
     above ``memory_limit_gb`` of anonymous RSS), so nothing stays resident between parts
     (``isolate=False`` runs them here instead, one after the other: for small models, where
-    starting a process costs more than the step, and peaks are not measured). The
-    working files (the f32 parts, their calibration inputs) live in a hidden folder beside
-    ``dst_xml`` and are deleted at the end, also on failure; ``dst_xml`` is written only at the end.
+    starting a process costs more than the step, and peaks are not measured). A child never
+    outlives this call: Ctrl-C kills it, and it dies with this process, even with ``SIGKILL``.
 
     ``parts=1`` quantizes the whole UNet in one child (stage ``whole``), as :func:`quantize_ir`
     would: the one-shot result, watched like the parts.
+
+    ``dst_xml`` is written only at the end, whole (:func:`publish_ir`). The work runs as its only
+    writer (:func:`ir_workspace`: a second quantization of it waits, then does its own) in a
+    hidden working folder beside it (``.<stem>-parts-*``: the f32 parts, the quantized parts, the
+    tensors crossing between them), which is removed at the end, also on failure or Ctrl-C; one
+    that a killed process left is removed by the next call. Before any step, the disk must have
+    room for twice the source IR (the parts and the result), and each part checks the room for the
+    tensors it streams once it has written the first sample. Raises ``OSError(ENOSPC)`` naming the
+    stage when the disk is full, and ``MemoryError`` naming the stage, its memory and the fix when
+    the watchdog stopped a child.
 
     Returns what :func:`quantize_ir` returns, plus the ``plan`` (blocks, weight bytes and crossing
     tensors of each part; not for one part) and ``stages``: peak RSS, peak anonymous RSS and
     seconds of each child (``cut``, ``part <k>``, ``stitch``), with their maxima in
     ``peak_rss_bytes`` and ``peak_anon_bytes``.
     """
-    import shutil
-    import tempfile
-
     # 1. Check the inputs (the calibration inputs are read from disk, part after part)
     data = check_parts_request(src_xml, variant, calibration, parts)
-
-    # 2. The working folder, beside the result (the f32 parts and their calibration inputs)
+    state = None if data is None else str(data.folder)
     dst = Path(dst_xml)
-    check_writable(dst.parent)
-    dst.parent.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix=f".{dst.stem}-parts-", dir=dst.parent))
-    run = StageRunner(f"Quantizing {src_xml} in {parts} parts", isolate, memory_limit_gb)
-    start = time.perf_counter()
+    run = StageRunner(
+        f"Quantizing {src_xml} in {parts} part(s)", isolate, memory_limit_gb, dst=dst, parts=parts
+    )
 
-    # 3. One part: the whole UNet in one watched child
-    if parts == 1:
-        work.rmdir()
-        calib = None if data is None else str(data.folder)
-        result = run(
-            "whole", quantize_ir, str(src_xml), str(dst), variant, calib, subset_size, log_level, **knobs
-        )
-        return {**result, "seconds": time.perf_counter() - start, **run.report()}
+    # 2. As the only writer of dst_xml, in a working folder beside it, with room for the work
+    with ir_workspace(dst) as work:
+        start = time.perf_counter()
+        need = ir_size_bytes(src_xml) * (1 if parts == 1 else 2)
+        require_free_space(dst.parent, need, f"quantizing {Path(src_xml).name} in {parts} part(s)")
+        result = work / RESULT_XML
 
-    # 4. Cut, quantize part after part, stitch (the working files go at the end, also on failure)
-    try:
-        plan = run("cut", cut_ir, str(src_xml), str(work), parts)
-        state = None if data is None else str(data.folder)
-        quantize_parts_in_turn(run, plan, work, variant, state, subset_size, log_level, knobs)
-        counts = run("stitch", stitch_ir, str(work), plan["parts"], plan["model_inputs"], str(dst))
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
+        # 3. One part: the whole UNet in one watched child
+        if parts == 1:
+            report = run(
+                "whole",
+                quantize_to_file,
+                str(src_xml),
+                str(result),
+                variant,
+                state,
+                subset_size,
+                log_level,
+                **knobs,
+            )
 
-    # 5. The result: quantize_ir's, plus the plan and each stage's peaks
+        # 4. Cut, quantize part after part, stitch
+        else:
+            plan = run("cut", cut_ir, str(src_xml), str(work), parts)
+            quantize_parts_in_turn(run, plan, work, variant, state, subset_size, log_level, knobs)
+            fault_point("quantize.before-stitch")
+            counts = run("stitch", stitch_ir, str(work), plan["parts"], plan["model_inputs"], str(result))
+            report = {"variant": variant, "parts": plan["parts"], **counts, "plan": plan}
+
+        # 5. The result into place
+        publish_ir(result, dst)
+
+    # 6. quantize_ir's report, plus the plan and each stage's peaks
     return {
-        "variant": variant,
-        "parts": plan["parts"],
+        **report,
         "seconds": time.perf_counter() - start,
         "size_bytes": ir_size_bytes(dst),
-        **counts,
-        "plan": plan,
         **run.report(),
     }
 
@@ -865,12 +1110,27 @@ def check_parts_request(src_xml, variant: str, calibration, parts) -> Calibratio
 class StageRunner:
     """Runs the stages of :func:`quantize_in_parts` and records them: each in a child process
     (:func:`sdaccel.core.processes.run_with_memory_limit`, stopped above ``memory_limit_gb`` of
-    anonymous RSS) with its peak RSS, or here (``isolate=False``, peaks not measured)."""
+    anonymous RSS) with its peak RSS, or here (``isolate=False``, peaks not measured).
 
-    def __init__(self, what: str, isolate: bool = True, memory_limit_gb: float | None = None):
+    A stage that fails says which: ``OSError(ENOSPC)`` when the disk is full, ``MemoryError`` when
+    the watchdog stopped it (with its memory, and what to do: a larger budget or, for a part, more
+    than ``parts`` parts), ``RuntimeError`` otherwise. ``dst`` is the result it works for (named
+    as left as it was)."""
+
+    def __init__(
+        self,
+        what: str,
+        isolate: bool = True,
+        memory_limit_gb: float | None = None,
+        *,
+        dst: str | os.PathLike | None = None,
+        parts: int | None = None,
+    ):
         self.what = what
         self.isolate = isolate
         self.memory_limit_gb = memory_limit_gb
+        self.dst = None if dst is None else Path(dst)
+        self.parts = parts
         self.stages: list[dict] = []
 
     def __call__(self, stage: str, fn, *args, **kwargs):
@@ -879,17 +1139,49 @@ class StageRunner:
 
         if not self.isolate:
             tick = time.perf_counter()
-            result = fn(*args, **kwargs)
+            try:
+                result = fn(*args, **kwargs)
+            except OSError as exc:
+                error = full_disk_error(exc, f"{self.what} ({stage})", self.kept())
+                if error is None:
+                    raise
+                raise error from exc
             self._record(stage, 0, 0, time.perf_counter() - tick)
             return result
         run = run_with_memory_limit(fn, *args, limit_gb=self.memory_limit_gb, **kwargs)
         self._record(stage, run.peak_rss_bytes, run.peak_anon_bytes, run.seconds)
         if not run.ok:
-            raise RuntimeError(
-                f"{self.what} failed at {stage}: {run.error}. "
-                + ("Use more parts (or raise memory_limit_gb)." if "limit" in str(run.error) else "")
-            )
+            raise self.failure(stage, run)
         return run.result
+
+    def failure(self, stage: str, run) -> Exception:
+        """The error to raise for the child ``run`` (a :class:`sdaccel.core.processes.ChildRun`)
+        that failed at ``stage``."""
+        error = str(run.error)
+        full = re.search(r"\[Errno 28\] (.*)", error, re.S)
+        if full:
+            exc = OSError(errno.ENOSPC, full.group(1))
+            return full_disk_error(exc, f"{self.what} ({stage})", self.kept()) or exc
+        if error.startswith("killed:") and "limit" in error:
+            return MemoryError(
+                f"{self.what} stopped at {stage}: the memory watchdog killed its process at "
+                f"{size_text(run.peak_anon_bytes)} of anonymous memory, above its budget of "
+                f"{size_text(self.memory_limit_gb * 2**30)} (memory_limit_gb={self.memory_limit_gb}). "
+                f"{self.memory_advice(stage)}{self.kept()}"
+            )
+        return RuntimeError(f"{self.what} failed at {stage}: {error}.{self.kept()}")
+
+    def kept(self) -> str:
+        """The end of a failure's message: the result is as it was."""
+        return "" if self.dst is None else f" {self.dst.name} is as it was; the working files are removed."
+
+    def memory_advice(self, stage: str) -> str:
+        """What to do when ``stage`` needed more memory than the budget."""
+        budget = "a larger budget (memory_limit_gb, or max_memory_gb of quantize_ir)"
+        if stage in ("cut", "stitch"):
+            return f"The {stage} holds the whole float model once, whatever the parts: give it {budget}."
+        more = 2 if self.parts is None else self.parts + 1
+        return f"Give it {budget}, or cut the UNet into more parts (parts={more} or more), each then smaller."
 
     def _record(self, stage: str, peak_rss: int, peak_anon: int, seconds: float) -> None:
         self.stages.append(
@@ -918,8 +1210,6 @@ def quantize_parts_in_turn(
     """Quantize the parts that :func:`sdaccel.cpu.ir_parts` cut into ``work``, one stage each:
     part ``k`` on its inputs in ``state`` (the calibration inputs for part 0), writing the inputs
     of the parts after it; each part's f32 IR and inputs are deleted once it is done."""
-    import shutil
-
     n = plan["parts"]
     for k in range(n):
         later = {name for inputs in plan["inputs"][k + 1 :] for name in inputs}
@@ -938,6 +1228,7 @@ def quantize_parts_in_turn(
             log_level,
             knobs,
         )
+        fault_point("quantize.part-done")
         if state is not None and k > 0:
             shutil.rmtree(state)  # part k's inputs are no longer needed
         (work / f"part_{k}.xml").unlink()

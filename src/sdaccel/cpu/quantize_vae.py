@@ -34,8 +34,18 @@ from pathlib import Path
 
 import numpy as np
 
-from sdaccel.core.staging import check_writable
-from sdaccel.cpu.quantize import VARIANTS, describe_ir, ir_size_bytes, quantize_variant, read_model
+from sdaccel.core.staging import check_writable, require_free_space
+from sdaccel.cpu.quantize import (
+    RESULT_XML,
+    VARIANTS,
+    describe_ir,
+    full_disk_error,
+    ir_size_bytes,
+    ir_workspace,
+    publish_ir,
+    quantize_variant,
+    read_model,
+)
 
 #: The decoder's input (as exported by :func:`sdaccel.cpu.export.convert_vae_decoder`).
 INPUT = "latent_sample"
@@ -100,9 +110,13 @@ def quantize_vae_decoder(
     (:func:`sdaccel.cpu.quantize.quantize_full`'s ``ignored``, ``smooth_quant_alpha``, ...).
 
     Everything is checked before any work (variant, source IR, calibration latents against the
-    decoder's input, that ``dst_xml``'s folder can be written); the IR is written under a temporary
-    name and renamed into place, never half-written. Returns the time, the size on disk and the
-    counts of :func:`sdaccel.cpu.quantize.describe_ir`.
+    decoder's input, that ``dst_xml``'s folder can be written); then, as the only writer of
+    ``dst_xml`` (:func:`sdaccel.cpu.quantize.ir_workspace`: a second quantization of it waits),
+    that its disk has room for the result (about the size of the source IR). The IR is saved in a
+    hidden working folder beside ``dst_xml`` and moved into place at the end
+    (:func:`sdaccel.cpu.quantize.publish_ir`): a failure, a Ctrl-C or a kill leaves the old decoder
+    or the new one, never a part. Returns the time, the size on disk and the counts of
+    :func:`sdaccel.cpu.quantize.describe_ir`.
     """
     import nncf
 
@@ -125,9 +139,17 @@ def quantize_vae_decoder(
     nncf.set_log_level(log_level)
     start = time.perf_counter()
     subset = subset_size or (len(data) if data else 1)
-    model = quantize_variant(model, variant, data, subset, **knobs)
-    dst.parent.mkdir(parents=True, exist_ok=True)
-    save_ir(model, dst, compress_to_fp16=False)
+    try:
+        with ir_workspace(dst) as work:
+            require_free_space(dst.parent, ir_size_bytes(src_xml), f"the {variant} VAE decoder")
+            model = quantize_variant(model, variant, data, subset, **knobs)
+            save_ir(model, work / RESULT_XML, compress_to_fp16=False)
+            publish_ir(work / RESULT_XML, dst)
+    except OSError as exc:
+        error = full_disk_error(exc, f"Quantizing the VAE decoder {src_xml} ({variant})")
+        if error is None:
+            raise
+        raise error from exc
     return {
         "variant": variant,
         "seconds": time.perf_counter() - start,

@@ -21,6 +21,7 @@ from importlib import resources
 from pathlib import Path
 
 from sdaccel.core import staging
+from sdaccel.core.faults import fault_point
 from sdaccel.core.staging import disk_bytes
 
 #: Words that get their own BPE merges, so that prompts tokenize into a few tokens, as with CLIP.
@@ -247,14 +248,24 @@ BUILDERS = {"tiny-sdxl": build_tiny_sdxl, "tiny-sd15": build_tiny_sd15}
 
 
 def ensure_tiny(root: str | Path, name: str = "tiny-sdxl", force: bool = False) -> Path:
-    """Build ``root/name`` unless a complete copy is already there; return its path."""
+    """Build ``root/name`` unless a complete copy is already there; return its path.
+
+    The checkpoint is built in a hidden staging folder and published by rename
+    (:func:`sdaccel.core.staging.staged_folder`), so a reader never finds half of one. Two builders
+    at once (``make run`` beside ``make test``) take turns: the second waits for the first, then
+    finds its checkpoint and keeps it."""
     if name not in BUILDERS:
         raise ValueError(f"Unknown tiny checkpoint {name!r}; choose one of {sorted(BUILDERS)}.")
     folder = Path(root) / name
     if (folder / "model_index.json").is_file() and not force:
         return folder
-    with staging.staged_folder(folder) as stage:
-        BUILDERS[name](stage)
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    with staging.writer_lock(folder):
+        if (folder / "model_index.json").is_file() and not force:
+            return folder  # another builder made it while this one waited
+        with staging.staged_folder(folder) as stage:
+            BUILDERS[name](stage)
+            fault_point("random_checkpoints.built")
     return folder
 
 
@@ -309,11 +320,10 @@ def build_random_checkpoint(
     of 13.9 GB) and the same timings, since every loader here upcasts to the dtype it is asked for
     (the benchmarks ask for float32); the random values are drawn in float32 and rounded once.
     ``configs``: component -> config replacing the reference one (a test builds a shrunk
-    architecture with it). Built in ``<folder>.partial`` and renamed into place when whole."""
-    import diffusers
+    architecture with it). Built in a hidden staging folder beside ``folder`` and renamed into place
+    when whole (:func:`sdaccel.core.staging.staged_folder`): two builders of one folder take turns,
+    and what a killed one left is removed by the next."""
     import torch
-    import transformers
-    from diffusers import AutoencoderKL, UNet2DConditionModel
 
     if name not in REFERENCE_ARCHITECTURES:
         raise ValueError(
@@ -330,11 +340,23 @@ def build_random_checkpoint(
             return dict(configs[component])
         return json.loads(reference.joinpath(f"{component}.json").read_text())
 
-    def save(module, component: str) -> None:
-        module.to(dtypes[weight_dtype]).save_pretrained(tmp / component)
-
     folder = Path(folder)
-    tmp = staging_folder(folder)
+    with staging.staged_folder(folder) as stage:
+        _build_reference(stage, name, seed, components, config, dtypes[weight_dtype])
+    return {"disk_bytes": disk_bytes(folder), "weight_dtype": weight_dtype}
+
+
+def _build_reference(tmp: Path, name: str, seed: int, components: dict, config, dtype) -> None:
+    """The components of :func:`build_random_checkpoint`, written into the empty folder ``tmp``:
+    ``config(component)`` gives each one's config, ``dtype`` the torch dtype of the weights."""
+    import diffusers
+    import torch
+    import transformers
+    from diffusers import AutoencoderKL, UNet2DConditionModel
+
+    def save(module, component: str) -> None:
+        module.to(dtype).save_pretrained(tmp / component)
+
     # seeds as before the SDXL layout: unet seed, text_encoder seed + 1, vae seed + 2
     torch.manual_seed(seed)
     save(UNet2DConditionModel.from_config(config("unet")).eval(), "unet")
@@ -354,8 +376,6 @@ def build_random_checkpoint(
     index = {"_class_name": "StableDiffusionXLPipeline" if name == "sdxl" else "StableDiffusionPipeline"}
     index |= {k: list(v) for k, v in components.items()}
     (tmp / "model_index.json").write_text(json.dumps(index, indent=2))
-    publish(tmp, folder)
-    return {"disk_bytes": disk_bytes(folder), "weight_dtype": weight_dtype}
 
 
 def write_random_tokenizer(folder: Path, pad_token: str, model_max_length: int) -> None:

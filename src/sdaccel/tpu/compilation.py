@@ -13,7 +13,11 @@ around a call measures neither the compile nor the run. The rules this module fo
   when the work is *queued*, not done.
 - **The persistent compilation cache** (:func:`enable_compilation_cache`) stores compiled
   executables on disk, keyed by the program, the devices and the compiler flags, so that the next
-  *process* skips the compile. :func:`cache_probe` runs a fresh process to show it:
+  *process* skips the compile. JAX writes each entry in place (no temporary file and rename) and
+  never replaces one: an entry cut short by a killed process or a full disk would be read, warned
+  about and compiled again by every later process; :func:`enable_compilation_cache` removes such
+  entries first (:func:`drop_unreadable_entries`), so the next compile stores them anew. Several
+  processes may share one cache folder at once. :func:`cache_probe` runs a fresh process to show it:
 
     python -m sdaccel.tpu.compilation probe --cache-dir /tmp/jax-cache                 # a small stand-in program
     python -m sdaccel.tpu.compilation probe --cache-dir /tmp/jax-cache --model PATH \\
@@ -41,6 +45,7 @@ import os
 import subprocess
 import sys
 import time
+import zlib
 from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -51,6 +56,7 @@ import jax.numpy as jnp
 from jax.experimental.compilation_cache import compilation_cache
 
 from sdaccel.core import timing as core_timing
+from sdaccel.core.staging import replace_json
 from sdaccel.tpu.aot import aot_compile
 from sdaccel.tpu.models.attention import AttentionImpl, attention
 
@@ -138,13 +144,106 @@ def enable_compilation_cache(
     JAX's defaults only store programs that took at least 1 s to compile; ``0`` stores all (so
     a small demo is cached too; for SDXL every program is far above any threshold).
     ``min_entry_size_bytes=-1`` disables the size floor. Call it before the first compile, or
-    it is picked up on the next (the cache is re-initialised here).
+    it is picked up on the next (the cache is re-initialised here). Entries that cannot be read
+    back are removed first (:func:`drop_unreadable_entries`).
     """
     Path(path).mkdir(parents=True, exist_ok=True)
+    drop_unreadable_entries(path)
     jax.config.update("jax_compilation_cache_dir", str(path))
     jax.config.update("jax_persistent_cache_min_compile_time_secs", float(min_compile_time_s))
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", int(min_entry_size_bytes))
     compilation_cache.reset_cache()
+
+
+#: The file, in a cache folder, that lists the entries found whole (name: size and time), so
+#: that :func:`drop_unreadable_entries` reads each entry once.
+CHECKED_RECORD = ".sdaccel-checked.json"
+
+_ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+
+
+def drop_unreadable_entries(path: str | os.PathLike, settle_s: float = 60.0) -> list[Path]:
+    """Remove the entries of JAX's persistent compilation cache in ``path`` that cannot be read
+    back, say so on stderr, and return them.
+
+    JAX writes an entry in place and never replaces one: a process killed or out of disk while
+    writing leaves a cut entry, which every later process reads, warns about ("Error reading
+    persistent compilation cache entry"), compiles again and cannot store. Once removed, the next
+    compile stores it anew. An entry is checked by decompressing it, once: the entries found whole
+    are listed in the folder's :data:`CHECKED_RECORD`. Entries written in the last ``settle_s``
+    seconds are left alone, for another process may still be writing them."""
+    folder = Path(path)
+    # 1. What was found whole before, and is still the same file
+    record_path = folder / CHECKED_RECORD
+    try:
+        record = json.loads(record_path.read_text())
+    except (OSError, ValueError):
+        record = {}
+    record = record if isinstance(record, dict) else {}
+    checked, removed = {}, []
+    # 2. Every other entry that nobody is writing: decompress it
+    for entry in sorted(folder.glob("*-cache")):
+        try:
+            stat = entry.stat()
+        except FileNotFoundError:  # evicted by another process meanwhile
+            continue
+        stamp = [stat.st_size, stat.st_mtime_ns]
+        if record.get(entry.name) == stamp:
+            checked[entry.name] = stamp
+        elif time.time() - stat.st_mtime < settle_s:
+            continue
+        elif _readable(entry.read_bytes()):
+            checked[entry.name] = stamp
+        else:
+            try:
+                entry.unlink(missing_ok=True)
+            except OSError:  # a folder this process may only read: JAX warns and compiles, as before
+                continue
+            removed.append(entry)
+    # 3. Keep the record (where the folder is writable); say what went
+    if checked != record:
+        try:
+            replace_json(record_path, checked)
+        except OSError:
+            pass
+    if removed:
+        noun = "entry" if len(removed) == 1 else "entries"
+        print(
+            f"Removed {len(removed)} unreadable {noun} of JAX's compilation cache in {folder} (a compile "
+            "was stopped while writing them): their programs are compiled again and stored anew.",
+            file=sys.stderr,
+        )
+    return removed
+
+
+def _readable(data: bytes) -> bool:
+    """Whether a cache entry decompresses whole: zstandard where JAX uses it, else zlib."""
+    if data.startswith(_ZSTD_MAGIC):
+        try:
+            from compression import zstd  # Python 3.14
+
+            decompress = zstd.decompress
+        except ImportError:
+            try:
+                import zstandard
+            except ImportError:
+                return True  # nothing here reads it: JAX itself is the judge
+            decompress = zstandard.ZstdDecompressor().decompress
+        try:
+            decompress(data)
+            return True
+        except Exception:
+            return False
+    stream = zlib.decompressobj()
+    try:
+        left = data
+        while left:
+            stream.decompress(left, 1 << 24)
+            left = stream.unconsumed_tail
+        stream.flush()
+    except zlib.error:
+        return False
+    return stream.eof and not stream.unused_data
 
 
 @dataclass

@@ -24,6 +24,11 @@ denoising loop and the VAE decode: one program) and reports per chip:
 Batches are per ``"data"`` shard (per chip on a data-only mesh). The command prints a table and
 writes JSON (and a Markdown table) atomically; nothing is written when an argument is wrong.
 Real-size programs take minutes each to compile (about 12 on one core): it is a benchmark, not a test.
+So no finished compile is thrown away: each row is saved beside ``--out`` as soon as it is made, a
+killed or interrupted run leaves ``--out`` as it was, and the next run reuses the rows it finished
+and those ``--out`` holds under the same key (:func:`plan_key`); a plan file it cannot trust
+(cut short, of another layout, JAX or libtpu) is compiled again, and it says so. Two runs of one
+``--out`` take turns.
 
 From the recorded plans, :func:`unet_row_flops` reads one UNet call's FLOPs per latent and
 :func:`tpu_floor` makes the time floor of a whole image (``benchmarks/bench_whole_image.py``).
@@ -40,6 +45,7 @@ import os
 import re
 import sys
 import time
+import uuid
 from collections.abc import Iterable
 from importlib import resources
 from pathlib import Path
@@ -50,6 +56,8 @@ import numpy as np
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from sdaccel.core.faults import fault_point
+from sdaccel.core.staging import clear_leftovers, writer_lock
 from sdaccel.core.tables import markdown_table
 from sdaccel.tpu import topology as tpu_topology
 from sdaccel.tpu.topology import GiB
@@ -546,17 +554,159 @@ def print_table(rows: list[dict], file=sys.stdout) -> None:
         print("  ".join(c.rjust(w) for c, w in zip(line, widths, strict=True)), file=file)
 
 
-def write_atomic(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".partial")
-    tmp.write_text(text)
-    tmp.replace(path)
-
-
 def environment() -> dict:
     from importlib.metadata import version
 
     return {"jax": jax.__version__, "jaxlib": version("jaxlib"), "libtpu": version("libtpu")}
+
+
+# ----------------------------------------------------------------------------------------------
+# Plan files: written whole, read back only when they can be trusted
+# ----------------------------------------------------------------------------------------------
+
+#: The layout of a plan file. A file of another layout is not reused: its cases are compiled again.
+PLAN_SCHEMA = 2
+
+
+class PlanFileError(ValueError):
+    """A plan file that cannot be read: not whole JSON, or not a plan of this package."""
+
+    def __init__(self, path: str | os.PathLike, reason: str):
+        self.path, self.reason = Path(path), reason
+        super().__init__(
+            f"{path} {reason}: make it again with python -m sdaccel.tpu.plan (the command that made "
+            f"it, with --out {path}), or leave it out."
+        )
+
+
+def write_atomic(path: str | os.PathLike, text: str) -> None:
+    """Write ``path`` through a hidden temporary file beside it (``.NAME.<random>.partial``) and a
+    rename: a reader finds the old file or the new one, never a part. The temporary file goes when
+    the write fails; one that a killed process left is removed by the next writer of ``path``
+    (:func:`partial_patterns`)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.partial")
+    try:
+        with open(tmp, "w") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        fault_point("plan.partial-written")
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def partial_patterns(*paths: str | os.PathLike) -> tuple[str, ...]:
+    """Glob patterns of the temporary files that writes of ``paths`` leave when killed (for
+    :func:`sdaccel.core.staging.clear_leftovers`), older versions' ``NAME.partial`` included."""
+    names = [Path(p).name for p in paths]
+    return tuple(pattern for name in names for pattern in (f".{name}.*.partial", f"{name}.partial"))
+
+
+def plan_document(rows: list[dict], command: str) -> dict:
+    """What a plan file holds: the rows, the command that made them, the layout and the versions."""
+    return {
+        "schema": PLAN_SCHEMA,
+        "command": command,
+        "environment": environment(),
+        "anchors": ANCHORS,
+        "spare_bytes": SPARE_BYTES,
+        "rows": rows,
+    }
+
+
+def as_stored(row: dict) -> dict:
+    """``row`` as a plan file gives it back (JSON types), so that a fresh row and a reused one are equal."""
+    return json.loads(json.dumps(row, default=str))
+
+
+def load_plan(path: str | os.PathLike) -> dict:
+    """The plan file ``path``, or :class:`PlanFileError` naming it, what is wrong and the fix when
+    it is not whole JSON or holds no list of rows."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except json.JSONDecodeError as err:
+        raise PlanFileError(
+            path, f"is not whole JSON ({err.msg} at line {err.lineno}): a write of it stopped part-way"
+        ) from None
+    rows = data.get("rows") if isinstance(data, dict) else None
+    if isinstance(data, dict) and rows is None and "topology" in data:
+        raise PlanFileError(path, "is of an earlier layout: one bare row, with no versions or key")
+    if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
+        raise PlanFileError(path, "is not a TPU plan of this package: it holds no list of rows")
+    return data
+
+
+def _versions(env) -> str:
+    if not isinstance(env, dict):
+        return "unrecorded versions of JAX and libtpu"
+    return ", ".join(f"{name} {value}" for name, value in sorted(env.items()))
+
+
+def reusable_rows(path: str | os.PathLike, want: str | None = None) -> dict[str, dict]:
+    """The rows of the plan file ``path`` that may stand for a compile, by :func:`plan_key`.
+
+    None when the file is missing, or when it cannot be trusted: not whole JSON, another layout
+    than :data:`PLAN_SCHEMA`, made with another JAX or libtpu, or (``want``: the one key the
+    caller needs) without that key. Then one line on stderr names the file and says why its cases
+    are compiled again."""
+    path = Path(path)
+    if not path.is_file():
+        return {}
+    # 1. Whole, of this layout and these versions
+    why, rows = None, {}
+    try:
+        data = load_plan(path)
+    except PlanFileError as err:
+        why = err.reason
+    else:
+        if data.get("schema") != PLAN_SCHEMA:
+            why = f"is of another layout (schema {data.get('schema')}; this sdaccel reads {PLAN_SCHEMA})"
+        elif data.get("environment") != environment():
+            why = f"was made with {_versions(data.get('environment'))}, not {_versions(environment())}"
+        else:
+            rows = {r["plan_key"]: r for r in data["rows"] if isinstance(r.get("plan_key"), str)}
+    # 2. Of the case asked for
+    if why is None and want is not None and want not in rows:
+        why = f"holds the plan of another case ({', '.join(rows) or 'no key'}), not of {want}"
+    if why is not None:
+        print(
+            f"Not reusing {path}, which {why}; its cases are compiled again and the file is replaced.",
+            file=sys.stderr,
+        )
+        return {}
+    return rows
+
+
+def journal_path(out: str | os.PathLike) -> Path:
+    """Where a run of ``--out`` keeps each finished row until it publishes them: ``.NAME.rows``."""
+    out = Path(out)
+    return out.with_name(f".{out.name}.rows")
+
+
+def save_row(journal: Path, row: dict) -> None:
+    """Add ``row`` to ``journal`` (one JSON line, on disk before this returns)."""
+    with open(journal, "a") as handle:
+        handle.write(json.dumps(row, default=str) + "\n")
+        handle.flush()
+        os.fsync(handle.fileno())
+
+
+def saved_rows(journal: Path) -> dict[str, dict]:
+    """The rows of ``journal`` by :func:`plan_key`; a line cut short by a kill is skipped."""
+    if not journal.is_file():
+        return {}
+    rows = {}
+    for line in journal.read_text().splitlines():
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(row, dict) and isinstance(row.get("plan_key"), str):
+            rows[row["plan_key"]] = row
+    return rows
 
 
 # ----------------------------------------------------------------------------------------------
@@ -607,7 +757,9 @@ def predict(
     raises :class:`sdaccel.tpu.topology.CompilerMissing` naming the install without it). The
     defaults are the pipelines' own on a TPU: splash attention, one image per VAE decode step.
     With ``cache_dir``, a plan is kept there (:func:`plan_key`) and read back, with ``"cached"``
-    set, instead of compiled again."""
+    set, instead of compiled again; a kept plan that cannot be trusted (:func:`reusable_rows`) is
+    compiled again and replaced. Two processes asking for one plan at once take turns
+    (:func:`sdaccel.core.staging.writer_lock`): the second reads back the first one's."""
     if batch < 1 or steps < 1:
         raise ValueError(f"batch and steps must be positive, got batch={batch}, steps={steps}.")
     tpu_topology.topology(topology)  # raises with the choices
@@ -616,12 +768,19 @@ def predict(
         topology, mesh, attention, batch, height, width, steps, dtype, guidance, vae_images_per_chip=vae
     )
     source = config_source(model)
-    path = None if cache_dir is None else Path(cache_dir) / f"{plan_key(case, source)}.json"
-    if path is not None and path.is_file():
-        return {**json.loads(path.read_text()), "cached": True}
-    row, _ = compile_case(case, source)
-    if path is not None:
-        write_atomic(path, json.dumps(row, default=str))
+    if cache_dir is None:
+        return as_stored(compile_case(case, source)[0])
+    key = plan_key(case, source)
+    path = Path(cache_dir) / f"{key}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with writer_lock(path):
+        clear_leftovers(path, partial_patterns(path))
+        kept = reusable_rows(path, want=key).get(key)
+        if kept is not None:
+            return {**kept, "cached": True}
+        row = as_stored({**compile_case(case, source)[0], "plan_key": key})
+        fault_point("plan.case-compiled")
+        write_atomic(path, json.dumps(plan_document([row], f"sdaccel.tpu.plan.predict: {case}"), indent=1))
     return row
 
 
@@ -767,16 +926,23 @@ def unet_row_flops(plan_files: Iterable[str | os.PathLike], rel_tol: float = 1e-
     """FLOPs of one UNet call on one latent (batch 1, no guidance) at the plans' size, from the
     ``flops.unet_call`` of each row of plan JSON files (``python -m sdaccel.tpu.plan``): XLA's cost
     analysis of one UNet call at ``global_batch`` images, doubled with guidance. Every row must give the same figure
-    per latent (the UNet's FLOPs grow linearly with the batch), else this raises.
+    per latent (the UNet's FLOPs grow linearly with the batch), else this raises. A file that is
+    not a whole plan raises :class:`PlanFileError`, naming it and the fix. Plans of earlier
+    layouts and versions count: the agreement of their figures is the check.
 
     Returns ``{"flops": ..., "height": ..., "width": ..., "dtype": ..., "sources": [...]}``."""
     found = []
     for path in plan_files:
-        data = json.loads(Path(path).read_text())
-        for row in data["rows"]:
+        data = load_plan(path)
+        for number, row in enumerate(data["rows"], 1):
             call = (row.get("flops") or {}).get("unet_call")
             if not call:
                 continue
+            for key in ("global_batch", "guidance", "height", "width", "dtype"):
+                if key not in row:
+                    raise PlanFileError(
+                        path, f"is not a TPU plan of this package: row {number} lacks {key!r}"
+                    )
             latents = row["global_batch"] * (2 if row["guidance"] else 1)
             found.append(
                 {
@@ -871,6 +1037,11 @@ def parse_args(argv=None) -> argparse.Namespace:
         "--search", action="store_true", help="also find the largest batch that fits, by compiling"
     )
     parser.add_argument("--search-limit", type=int, default=64)
+    parser.add_argument(
+        "--recompile",
+        action="store_true",
+        help="compile every case, also those whose rows --out (or an interrupted run of it) already holds",
+    )
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/tpu_plan.json"))
     args = parser.parse_args(argv)
     for name in args.topology:
@@ -919,34 +1090,101 @@ def cases(args) -> list[Case]:
     return out
 
 
+def finished_rows(args, keys: list[str]) -> dict[str, dict]:
+    """The rows of this run's cases (``keys``) that need no compile: those ``--out`` holds, and
+    those an interrupted run of it saved (:func:`journal_path`); says on stderr what it reuses."""
+    out, journal = args.out, journal_path(args.out)
+    if args.recompile:
+        journal.unlink(missing_ok=True)
+        return {}
+    published = {k: r for k, r in reusable_rows(out).items() if k in keys}
+    saved = {k: r for k, r in saved_rows(journal).items() if k in keys}
+    if args.search:  # a row made without the same search does not answer it
+        published, saved = (
+            {k: r for k, r in rows.items() if r.get("search_limit") == args.search_limit}
+            for rows in (published, saved)
+        )
+    if published:
+        print(
+            f"Reusing {len(published)} row(s) of {out}: the same cases, configs, JAX, libtpu and code "
+            "(--recompile compiles them again).",
+            file=sys.stderr,
+        )
+    if saved:
+        print(
+            f"Reusing {len(saved)} finished row(s) of an interrupted run ({journal.name}): only the other "
+            "cases are compiled.",
+            file=sys.stderr,
+        )
+    return {**published, **saved}
+
+
+def plan_row(case: Case, key: str, args, flops_cache: dict) -> dict:
+    """Compile ``case`` (and search its largest batch with ``--search``), then save its row in the
+    run's journal at once, so that an interrupted run loses at most the case it was compiling."""
+    print(f"compiling {case} ...", flush=True)
+    row, _ = compile_case(case, args.config, flops_cache)
+    if args.search:
+        row["max_batch_searched"], searched = search_batch(case, args.config, args.search_limit)
+        row["search"] = [{"batch": r["batch"], "peak": r["hbm_bytes"]["peak"]} for r in searched]
+        row["search_limit"] = args.search_limit
+    row = as_stored({**row, "plan_key": key})
+    fault_point("plan.case-compiled")
+    save_row(journal_path(args.out), row)
+    fault_point("plan.row-saved")
+    print_table([row])
+    return row
+
+
 def main(argv=None) -> list[dict]:
+    """``python -m sdaccel.tpu.plan``: plan every case, print the table, write ``--out`` and its
+    Markdown table; return the rows.
+
+    A case whose row ``--out`` already holds under the same :func:`plan_key` is not compiled again
+    (``--recompile`` does), nor one that an interrupted run of ``--out`` finished: each row is
+    saved in ``.NAME.rows`` beside it as soon as it is made, until the files are published. The
+    run holds :func:`sdaccel.core.staging.writer_lock` on ``--out``: a second run of the same file
+    waits, then reuses the first one's rows. Killed or interrupted at any point, ``--out`` is the
+    old file or the new one, never a part."""
     if not os.environ.get("JAX_PLATFORMS"):  # compile for TPU, run nothing: the CPU stays the default
         jax.config.update("jax_platforms", "cpu")
+    # 1. The arguments: nothing is written when one is wrong
     args = parse_args(argv)
     command = "python -m sdaccel.tpu.plan " + " ".join(sys.argv[1:] if argv is None else argv)
-    rows, flops_cache = [], {}
-    for case in cases(args):
-        print(f"compiling {case} ...", flush=True)
-        row, _ = compile_case(case, args.config, flops_cache)
-        if args.search:
-            row["max_batch_searched"], searched = search_batch(case, args.config, args.search_limit)
-            row["search"] = [{"batch": r["batch"], "peak": r["hbm_bytes"]["peak"]} for r in searched]
-        rows.append(row)
-        print_table([row])
-    print()
-    print_table(rows)
-    result = {
-        "command": command,
-        "environment": environment(),
-        "anchors": ANCHORS,
-        "spare_bytes": SPARE_BYTES,
-        "rows": rows,
-    }
-    write_atomic(args.out, json.dumps(result, indent=1, default=str) + "\n")
-    write_atomic(args.out.with_suffix(".md"), markdown(rows, command))
-    print(f"wrote {args.out} and {args.out.with_suffix('.md')}")
+    out, table, journal = args.out, args.out.with_suffix(".md"), journal_path(args.out)
+    planned = [(case, plan_key(case, args.config)) for case in cases(args)]
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with writer_lock(out):
+        try:
+            # 2. What earlier runs left: unfinished files go, finished rows stay for reuse
+            clear_leftovers(out, partial_patterns(out, table))
+            done = finished_rows(args, [key for _, key in planned])
+            # 3. Each case: its finished row, or compiled now and saved at once
+            flops_cache: dict = {}
+            rows = [
+                done[key] if key in done else plan_row(case, key, args, flops_cache) for case, key in planned
+            ]
+            # 4. Publish: the table, then the plan (the run's last word); then the saved rows go
+            fault_point("plan.before-publish")
+            print()
+            print_table(rows)
+            write_atomic(table, markdown(rows, command))
+            write_atomic(out, json.dumps(plan_document(rows, command), indent=1, default=str) + "\n")
+        except KeyboardInterrupt:
+            kept = len(saved_rows(journal))
+            print(
+                f"Interrupted: {out} is as it was. {kept} finished row(s) are kept in {journal}: "
+                "the same command reuses them.",
+                file=sys.stderr,
+            )
+            raise
+        journal.unlink(missing_ok=True)
+    print(f"wrote {out} and {table}")
     return rows
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except KeyboardInterrupt:
+        sys.exit(130)
