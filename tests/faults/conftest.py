@@ -96,13 +96,19 @@ def run_python(
             proc.wait(seconds)
         except subprocess.TimeoutExpired:
             os.kill(proc.pid, signum)
+    return Child(*finish(proc, timeout), proc.pid)
+
+
+def finish(proc: subprocess.Popen, timeout: float = 300) -> tuple[int, str, str]:
+    """Wait for ``proc`` (started in a session of its own, with pipes): its exit code, stdout and
+    stderr. Past ``timeout`` its whole group is killed and the test fails, instead of hanging."""
     try:
         out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
         out, err = proc.communicate()
         pytest.fail(f"the child ran past {timeout} s:\n{err[-3000:]}")
-    return Child(proc.returncode, out, err, proc.pid)
+    return proc.returncode, out, err
 
 
 def wait_for_group_to_end(pgid: int, seconds: float = 15.0) -> list[psutil.Process]:
@@ -146,10 +152,11 @@ class Kit:
     hidden_leftovers = staticmethod(hidden_leftovers)
     group_processes = staticmethod(group_processes)
     run_python = staticmethod(run_python)
+    finish = staticmethod(finish)
     wait_for_group_to_end = staticmethod(wait_for_group_to_end)
     REPO = REPO
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def fault_kit() -> Kit:
     return Kit()

@@ -296,16 +296,6 @@ def notebook_runner(
     )
 
 
-def finish(proc: subprocess.Popen, timeout: float = 240) -> tuple[int, str, str]:
-    try:
-        out, err = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        out, err = proc.communicate()
-        pytest.fail(f"the child ran past {timeout} s:\n{err[-3000:]}")
-    return proc.returncode, out, err
-
-
 def wait_until(condition, proc: subprocess.Popen, what: str, timeout: float = 120) -> None:
     deadline = time.monotonic() + timeout
     while not condition():
@@ -344,7 +334,7 @@ def still_alive(processes: list[psutil.Process], seconds: float = 15.0) -> list[
 
 
 @pytest.fixture(scope="module")
-def finished_run(tmp_path_factory) -> Path:
+def finished_run(tmp_path_factory, fault_kit) -> Path:
     """A folder with the notebook and one finished run of it (``build/full/...``)."""
     root = tmp_path_factory.mktemp("notebook-run")
     nb = nbformat.v4.new_notebook()
@@ -353,7 +343,7 @@ def finished_run(tmp_path_factory) -> Path:
     params.metadata["tags"] = ["parameters"]
     nb.cells = [params, *(nbformat.v4.new_code_cell(src) for src in NOTEBOOK_CELLS)]
     nbformat.write(nb, root / "01_fault.ipynb")
-    code, _, err = finish(notebook_runner(root, "first"))
+    code, _, err = fault_kit.finish(notebook_runner(root, "first"))
     assert code == 0, err[-3000:]
     return root
 
@@ -376,7 +366,7 @@ def test_a_notebook_run_stopped_mid_cell_keeps_the_last_finished_run_and_ends_it
         os.kill(runner.pid, signal.SIGKILL)
     else:  # Ctrl-C in the terminal: SIGINT to the runner's process group
         os.killpg(runner.pid, signal.SIGINT)
-    code, _, err = finish(runner)
+    code, _, err = fault_kit.finish(runner)
 
     if how == "kill":
         assert code == -9, err[-3000:]
@@ -389,7 +379,7 @@ def test_a_notebook_run_stopped_mid_cell_keeps_the_last_finished_run_and_ends_it
     assert fault_kit.hidden_leftovers(build) == [] and fault_kit.hidden_leftovers(build / "outputs") == []
 
     # the next run starts clean: its own outputs only, the finished run kept as the previous one
-    code, _, err = finish(notebook_runner(root, "third"))
+    code, _, err = fault_kit.finish(notebook_runner(root, "third"))
     assert code == 0, err[-3000:]
     assert json.loads((build / "outputs" / "01_fault" / "results.json").read_text()) == {"run": "third"}
     assert json.loads((build / "outputs" / "01_fault.previous" / "results.json").read_text()) == {
@@ -411,7 +401,9 @@ def test_a_runner_killed_while_it_publishes_a_finished_run_has_it_published(
     build = root / "build" / "full"
     before = fault_kit.digest(build)
 
-    code, _, err = finish(notebook_runner(root, "second", fault="run_notebooks.before-publish:kill"))
+    code, _, err = fault_kit.finish(
+        notebook_runner(root, "second", fault="run_notebooks.before-publish:kill")
+    )
     assert code == -9, err[-3000:]
     assert "01_fault.ipynb had finished: its executed copy and outputs are now in place" in err, err[-3000:]
     assert json.loads((build / "outputs" / "01_fault" / "results.json").read_text()) == {"run": "second"}
@@ -470,7 +462,7 @@ def test_the_whole_image_benchmark_stopped_takes_its_row_child_with_it(tmp_path,
         os.kill(bench.pid, signal.SIGKILL)
     else:
         os.killpg(bench.pid, signal.SIGINT)
-    code, _, err = finish(bench)
+    code, _, err = fault_kit.finish(bench)
 
     assert still_alive(family) == [], "the row's child outlived the benchmark"
     assert fault_kit.wait_for_group_to_end(bench.pid) == []
@@ -524,7 +516,7 @@ def test_two_builders_of_the_tiny_checkpoints_take_turns_and_the_second_reuses_t
         )
         for how in ("cli", "ensure")
     ]
-    done = [finish(b) for b in builders]
+    done = [fault_kit.finish(b) for b in builders]
     for code, _, err in done:
         assert code == 0, err[-3000:]
     assert sum("Waiting for another process that is writing tiny-sd15" in err for _, _, err in done) == 1
