@@ -69,4 +69,6 @@ def test_disk_shortfall_measures_the_nearest_existing_folder(tmp_path):
     seen = []
     disk = resources.disk_shortfall(tmp_path / "a" / "b", 1, lambda p: seen.append(p) or 10)
     assert seen == [tmp_path] and disk.path == tmp_path / "a" / "b"
-    assert resources.disk_shortfall(tmp_path / "missing", 1).free_bytes > 0  # the real disk of the nearest folder
+    assert (
+        resources.disk_shortfall(tmp_path / "missing", 1).free_bytes > 0
+    )  # the real disk of the nearest folder
