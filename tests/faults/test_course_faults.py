@@ -541,3 +541,34 @@ def test_a_builder_killed_before_it_publishes_leaves_no_checkpoint_and_the_next_
     assert "interrupted write" in again.stderr
     assert fault_kit.hidden_leftovers(root) == []
     assert fault_kit.digest(root / "tiny-sd15") == fault_kit.digest(tiny_sd15)
+
+
+def test_a_kernel_killed_by_the_oom_killer_fails_its_run_and_keeps_the_last_finished_one(
+    tmp_path, fault_kit, finished_run
+):
+    """The kernel, not the runner, is over the memory limit: the OOM killer sends it SIGKILL. The
+    runner says the notebook failed because its kernel died, and the last finished run is kept."""
+    root = tmp_path / "work"
+    shutil.copytree(finished_run, root)
+    build = root / "build" / "full"
+    before = fault_kit.digest(build)
+    held = root / "held"
+
+    runner = notebook_runner(root, "second", hold=held)
+    wait_until(held.exists, runner, "cell holding")
+    family = psutil.Process(runner.pid).children(recursive=True)
+    (kernel,) = [p for p in family if "ipykernel" in " ".join(p.cmdline())]
+    kernel.send_signal(signal.SIGKILL)  # as the OOM killer would
+    code, _, err = fault_kit.finish(runner)
+
+    assert code != 0 and "01_fault" in err and "kernel" in err.lower(), err[-3000:]
+    assert fault_kit.wait_for_group_to_end(runner.pid) == []
+    assert still_alive(family) == [], "a process of the dead kernel outlived the run"
+    after = fault_kit.digest(build)
+    kept = after.get("01_fault.previous.ipynb", after.get("01_fault.ipynb"))
+    assert before["01_fault.ipynb"] in (kept, after.get("01_fault.ipynb")), "the last finished run is lost"
+    assert fault_kit.hidden_leftovers(build) == [] and fault_kit.hidden_leftovers(build / "outputs") == []
+
+    code, _, err = fault_kit.finish(notebook_runner(root, "third"))
+    assert code == 0, err[-3000:]
+    assert json.loads((build / "outputs" / "01_fault" / "results.json").read_text()) == {"run": "third"}
