@@ -6,7 +6,6 @@ from __future__ import annotations
 import time
 
 import numpy as np
-import pytest
 
 from sdaccel.core.processes import ChildRun, run_with_memory_limit
 
@@ -122,29 +121,56 @@ def test_an_interrupted_parent_kills_its_child_before_raising():
         parent.stdout.close()
 
 
-def test_ctrl_c_while_the_child_starts_still_kills_it(monkeypatch):
+#: Ctrl-C landing inside ``Process.start()``, in a Python of its own: the signal must reach the
+#: main thread that runs the call (an xdist worker runs tests elsewhere, and would die of it).
+CTRL_C_IN_START = """
+import multiprocessing.popen_spawn_posix as popen
+import os, signal, sys, time
+import psutil
+from sdaccel.core.processes import run_with_memory_limit
+
+real_launch = popen.Popen._launch
+started = []
+
+def launch_then_ctrl_c(self, process_obj):
+    real_launch(self, process_obj)
+    started.append(psutil.Process(self.pid))
+    os.kill(os.getpid(), signal.SIGINT)  # as if Ctrl-C came while start() was finishing
+    time.sleep(0.5)  # an unguarded handler raises here, inside start()
+
+popen.Popen._launch = launch_then_ctrl_c
+try:
+    run_with_memory_limit(time.sleep, 600)
+except KeyboardInterrupt:
+    pass
+else:
+    sys.exit("no KeyboardInterrupt")
+child = started[0]
+deadline = time.monotonic() + 5
+while time.monotonic() < deadline:
+    try:
+        if child.status() == psutil.STATUS_ZOMBIE:
+            break
+    except psutil.NoSuchProcess:
+        break
+    time.sleep(0.05)
+else:
+    child.kill()
+    sys.exit("the child outlived the interrupted call")
+print("child gone")
+"""
+
+
+def test_ctrl_c_while_the_child_starts_still_kills_it():
     """The child exists before ``Process.start()`` returns. A Ctrl-C that lands inside ``start()``,
     after the child was launched but before ``multiprocessing`` recorded it, used to leave a child
     this call never killed (its pid was still unknown to the ``Process``): it slept on, for as long as
     its parent lived. The signal is now held back until ``start()`` returns, then raised, and the
     child is killed."""
-    import multiprocessing.popen_spawn_posix as popen
-    import os
-    import signal
+    import subprocess
+    import sys
 
-    import psutil
-
-    real_launch = popen.Popen._launch
-    started = []
-
-    def launch_then_ctrl_c(self, process_obj):
-        real_launch(self, process_obj)
-        started.append(psutil.Process(self.pid))
-        os.kill(os.getpid(), signal.SIGINT)  # as if Ctrl-C came while start() was finishing
-        time.sleep(0.5)  # an unguarded handler raises here, inside start()
-
-    monkeypatch.setattr(popen.Popen, "_launch", launch_then_ctrl_c)
-    with pytest.raises(KeyboardInterrupt):
-        run_with_memory_limit(time.sleep, 600)
-    assert len(started) == 1
-    assert _gone(started[0], timeout_s=5), "the child outlived the interrupted call"
+    done = subprocess.run(
+        [sys.executable, "-c", CTRL_C_IN_START], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0 and "child gone" in done.stdout, done.stderr[-2000:]
