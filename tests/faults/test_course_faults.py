@@ -348,18 +348,24 @@ def finished_run(tmp_path_factory, fault_kit) -> Path:
     return root
 
 
-@pytest.mark.parametrize("how", ["kill", "interrupt"])
-def test_a_notebook_run_stopped_mid_cell_keeps_the_last_finished_run_and_ends_its_kernel(
-    tmp_path, fault_kit, finished_run, how
-):
+def held_second_run(tmp_path: Path, fault_kit, finished_run: Path):
+    """A copy of the finished run's folder, its build digest, and a second run of the notebook held
+    inside its cell (the kernel and a child of it are running): ``(root, build, before, runner)``."""
     root = tmp_path / "work"
     shutil.copytree(finished_run, root)
     build = root / "build" / "full"
     before = fault_kit.digest(build)
     held = root / "held"
-
     runner = notebook_runner(root, "second", hold=held)
     wait_until(held.exists, runner, "cell holding")
+    return root, build, before, runner
+
+
+@pytest.mark.parametrize("how", ["kill", "interrupt"])
+def test_a_notebook_run_stopped_mid_cell_keeps_the_last_finished_run_and_ends_its_kernel(
+    tmp_path, fault_kit, finished_run, how
+):
+    root, build, before, runner = held_second_run(tmp_path, fault_kit, finished_run)
     family = psutil.Process(runner.pid).children(recursive=True)  # the kernel, its child, ...
     assert any("sleep" in p.name() for p in family), [p.cmdline() for p in family]
     if how == "kill":  # as the OOM killer would
@@ -548,14 +554,7 @@ def test_a_kernel_killed_by_the_oom_killer_fails_its_run_and_keeps_the_last_fini
 ):
     """The kernel, not the runner, is over the memory limit: the OOM killer sends it SIGKILL. The
     runner says the notebook failed because its kernel died, and the last finished run is kept."""
-    root = tmp_path / "work"
-    shutil.copytree(finished_run, root)
-    build = root / "build" / "full"
-    before = fault_kit.digest(build)
-    held = root / "held"
-
-    runner = notebook_runner(root, "second", hold=held)
-    wait_until(held.exists, runner, "cell holding")
+    root, build, before, runner = held_second_run(tmp_path, fault_kit, finished_run)
     family = psutil.Process(runner.pid).children(recursive=True)
     (kernel,) = [p for p in family if "ipykernel" in " ".join(p.cmdline())]
     kernel.send_signal(signal.SIGKILL)  # as the OOM killer would
@@ -565,8 +564,8 @@ def test_a_kernel_killed_by_the_oom_killer_fails_its_run_and_keeps_the_last_fini
     assert fault_kit.wait_for_group_to_end(runner.pid) == []
     assert still_alive(family) == [], "a process of the dead kernel outlived the run"
     after = fault_kit.digest(build)
-    kept = after.get("01_fault.previous.ipynb", after.get("01_fault.ipynb"))
-    assert before["01_fault.ipynb"] in (kept, after.get("01_fault.ipynb")), "the last finished run is lost"
+    kept = (after.get("01_fault.ipynb"), after.get("01_fault.previous.ipynb"))
+    assert before["01_fault.ipynb"] in kept, "the last finished run is lost"
     assert fault_kit.hidden_leftovers(build) == [] and fault_kit.hidden_leftovers(build / "outputs") == []
 
     code, _, err = fault_kit.finish(notebook_runner(root, "third"))
