@@ -467,18 +467,13 @@ class CalibrationSet:
         is killed half-way leaves the previous set as it was. When ``samples`` has a length, the
         room for all of them is checked once the first is written."""
         count = len(samples) if isinstance(samples, Sized) else None
-        try:
+        with reporting_full_disk(f"Writing the calibration set {folder}"):
             with staged_folder(folder) as stage:
                 store = cls(stage)
                 for index, sample in enumerate(samples):
                     store.write(index, sample)
                     if index == 0 and count is not None:
                         store.require_room_for(count - 1)
-        except OSError as exc:
-            error = full_disk_error(exc, f"Writing the calibration set {folder}")
-            if error is None:
-                raise
-            raise error from exc
         return cls(folder)
 
 
@@ -498,6 +493,19 @@ def full_disk_error(exc: OSError, what: str, after: str = "") -> OSError | None:
     detail = (exc.strerror or str(exc)).strip().rstrip(".")
     fix = "" if "Free some space" in detail else " " + FREE_SPACE_FIX
     return OSError(errno.ENOSPC, f"{what} stopped: the disk is full ({detail}).{fix}{after}")
+
+
+@contextlib.contextmanager
+def reporting_full_disk(what: str) -> Iterator[None]:
+    """``with reporting_full_disk(what):`` re-raise a full disk met inside as :func:`full_disk_error`
+    says (what stopped, and the fix); any other error as it is."""
+    try:
+        yield
+    except OSError as exc:
+        error = full_disk_error(exc, what)
+        if error is None:
+            raise
+        raise error from exc
 
 
 def size_text(nbytes: float) -> str:
@@ -609,14 +617,9 @@ def collect_unet_inputs(
 
     if out_dir is None:
         return run(None).items
-    try:
+    with reporting_full_disk(f"Collecting the calibration set into {out_dir}"):
         with staged_folder(out_dir) as stage:
             run(CalibrationSet(stage))
-    except OSError as exc:
-        error = full_disk_error(exc, f"Collecting the calibration set into {out_dir}")
-        if error is None:
-            raise
-        raise error from exc
     return CalibrationSet(out_dir)
 
 
@@ -820,7 +823,7 @@ def quantize_ir(
         )
 
     # 2. Quantize and save in a working folder beside dst_xml, then move the result into place
-    try:
+    with reporting_full_disk(f"Quantizing {src_xml} ({variant})"):
         with ir_workspace(dst_xml) as work:
             start = time.perf_counter()
             require_free_space(
@@ -830,11 +833,6 @@ def quantize_ir(
                 src_xml, work / RESULT_XML, variant, data, subset_size, log_level, **knobs
             )
             publish_ir(work / RESULT_XML, dst_xml)
-    except OSError as exc:
-        error = full_disk_error(exc, f"Quantizing {src_xml} ({variant})")
-        if error is None:
-            raise
-        raise error from exc
     return {**report, "seconds": time.perf_counter() - start, "size_bytes": ir_size_bytes(dst_xml)}
 
 

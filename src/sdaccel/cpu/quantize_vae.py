@@ -39,12 +39,12 @@ from sdaccel.cpu.quantize import (
     RESULT_XML,
     VARIANTS,
     describe_ir,
-    full_disk_error,
     ir_size_bytes,
     ir_workspace,
     publish_ir,
     quantize_variant,
     read_model,
+    reporting_full_disk,
 )
 
 #: The decoder's input (as exported by :func:`sdaccel.cpu.export.convert_vae_decoder`).
@@ -139,17 +139,12 @@ def quantize_vae_decoder(
     nncf.set_log_level(log_level)
     start = time.perf_counter()
     subset = subset_size or (len(data) if data else 1)
-    try:
+    with reporting_full_disk(f"Quantizing the VAE decoder {src_xml} ({variant})"):
         with ir_workspace(dst) as work:
             require_free_space(dst.parent, ir_size_bytes(src_xml), f"the {variant} VAE decoder")
             model = quantize_variant(model, variant, data, subset, **knobs)
             save_ir(model, work / RESULT_XML, compress_to_fp16=False)
             publish_ir(work / RESULT_XML, dst)
-    except OSError as exc:
-        error = full_disk_error(exc, f"Quantizing the VAE decoder {src_xml} ({variant})")
-        if error is None:
-            raise
-        raise error from exc
     return {
         "variant": variant,
         "seconds": time.perf_counter() - start,
