@@ -359,17 +359,19 @@ def jax_row(
 
 def _timed(call, steps: int, runs: int, warmup, compose: list[int] | None, warm_each: bool = False) -> dict:
     """``{"timed": ...}``: :func:`sdaccel.course.whole_image.time_calls` of ``call(steps)``; or, with
-    ``compose = [a, b]``, of ``call(a)`` and of ``call(b)`` (``warm_each``: ``warmup(b)`` before
+    ``compose = [a, b]``, of ``call(a)`` and of ``call(b)`` in turns (``warm_each``: ``warmup(b)`` before
     the calls of ``b``, for a front-end that compiles per length), composed into one image of
     ``steps`` steps by :func:`sdaccel.course.whole_image.compose`, with the calls kept under ``"calls"``."""
     from sdaccel.course.whole_image import compose as compose_calls
-    from sdaccel.course.whole_image import time_calls
+    from sdaccel.course.whole_image import time_calls, time_in_turns
 
     if not compose:
         return {"timed": time_calls(lambda: call(steps), runs, warmup=warmup)}
     a, b = compose
-    short = time_calls(lambda: call(a), runs, warmup=warmup)
-    long = time_calls(lambda: call(b), runs, warmup=(lambda: warmup(b)) if warm_each else (lambda: None))
+    # in turns (a, b, a, b, ...): a load that comes and goes while it measures moves both alike
+    calls = {a: lambda: call(a), b: lambda: call(b)}
+    times = time_in_turns(calls, runs, {a: warmup, b: (lambda: warmup(b)) if warm_each else None})
+    short, long = times[a], times[b]
     return {
         "timed": compose_calls(short, long, a, b, steps),
         "calls": {str(a): short, str(b): long},

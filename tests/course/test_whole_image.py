@@ -186,6 +186,40 @@ def test_compose_refuses_what_it_cannot_compose():
         whole_image.compose(flat(1), flat(2), 1, 2, 20)
 
 
+def test_calls_in_turns_keep_the_step_time_of_a_machine_whose_load_goes_away():
+    # a call of n steps takes (1 + 0.1 n) s, four times that during the first three calls
+    clock, log = Clock(), []
+
+    def call(n):
+        load = 4.0 if len(log) < 3 else 1.0
+        log.append(n)
+        clock.now += (1.0 + 0.1 * n) * load
+        return GenerationResult([], None, {})
+
+    calls = {1: lambda: call(1), 3: lambda: call(3)}
+    one_after_the_other = {
+        n: whole_image.time_calls(f, 3, warmup=lambda: None, clock=clock, cpu_clock=lambda: 0.0)
+        for n, f in calls.items()
+    }
+    with pytest.raises(ValueError, match="not slower than the call of 1"):
+        whole_image.compose(one_after_the_other[1], one_after_the_other[3], 1, 3, 20)
+    log.clear()
+    turns = whole_image.time_in_turns(calls, 3, clock=clock, cpu_clock=lambda: 0.0)
+    assert log == [1, 3, 1, 3, 1, 3, 1, 3]  # each warmed up by a call of its own, then in turns
+    assert [len(turns[n]["image_s"]) for n in (1, 3)] == [3, 3]
+    assert turns[1]["warmup_s"] == pytest.approx(4.4) and turns[3]["warmup_s"] == pytest.approx(5.2)
+    assert turns[1]["image_s"] == pytest.approx([4.4, 1.1, 1.1]) and turns[3]["image_s"] == pytest.approx(
+        [1.3] * 3
+    )
+    assert whole_image.compose(turns[1], turns[3], 1, 3, 20)["composed"]["step_s"] == pytest.approx(0.1)
+    # a warm-up given per length, or none
+    log.clear()
+    whole_image.time_in_turns(calls, 1, {1: lambda: call(2), 3: None}, clock=clock)
+    assert log == [2, 1, 3]
+    with pytest.raises(ValueError, match="runs must be at least 1"):
+        whole_image.time_in_turns(calls, 0)
+
+
 def test_composed_label():
     assert whole_image.composed_label({"from_steps": [1, 2]}) == " (composed from calls of 1 and 2 steps)"
     assert whole_image.composed_label(None) == ""

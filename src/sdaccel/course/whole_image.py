@@ -12,6 +12,8 @@ of a call grows with that work, its CPU seconds much less):
   (``result.timings``: ``encode_s``; ``vae_decoder_s`` in the OpenVINO loop; a JAX pipeline
   reports ``denoise_decode_s`` as one piece). Compile time (``compile_s``, JAX) is excluded
   from the whole time and kept apart.
+- :func:`time_in_turns` times calls of several lengths in turns (a, b, a, b, ...), for
+  :func:`compose`.
 - :func:`summarize` reduces the runs to medians; :func:`composed_seconds` builds a whole-image
   figure from measured parts (encode + steps x one step + decode) where a full run would not fit
   the time, and says so.
@@ -81,6 +83,43 @@ def time_calls(
         out["compile_s"].append(compile_s)
         for part, value in split_timings(timings).items():
             out[part].append(value)
+    return out
+
+
+def time_in_turns(
+    calls: dict[int, Callable[[], object]],
+    runs: int,
+    warmups: dict[int, Callable[[], object] | None] | None = None,
+    clock: Callable[[], float] = time.perf_counter,
+    cpu_clock: Callable[[], float] = time.process_time,
+) -> dict[int, dict]:
+    """:func:`time_calls` of each of ``calls`` (by number of steps), the timed calls taken in turns
+    (a, b, a, b, ...) after each one's warm-up (``warmups[n]``, default: the call itself; ``None``
+    there: none). A machine that slows down or speeds up while it measures then moves every length
+    alike, and :func:`compose`, which subtracts them, keeps its sign. Returns ``{n: times}``, each
+    shaped as :func:`time_calls`' result."""
+    if runs < 1:
+        raise ValueError(f"runs must be at least 1, got {runs}.")
+    warmups = warmups or {}
+    # 1. Each length's untimed warm-up, in order
+    first = {}
+    for n, call in calls.items():
+        start = clock()
+        (warmups.get(n, call) or (lambda: None))()
+        first[n] = clock() - start
+    # 2. The timed calls, one of each length per turn
+    turns = [
+        {
+            n: time_calls(call, 1, warmup=lambda: None, clock=clock, cpu_clock=cpu_clock)
+            for n, call in calls.items()
+        }
+        for _ in range(runs)
+    ]
+    # 3. Each length's runs, shaped as time_calls' result
+    out = {}
+    for n in calls:
+        keys = [k for k in turns[0][n] if k != "warmup_s"]
+        out[n] = {"warmup_s": first[n], **{k: [v for turn in turns for v in turn[n][k]] for k in keys}}
     return out
 
 
