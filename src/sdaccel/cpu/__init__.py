@@ -28,6 +28,8 @@ PyTorch). Import the module you need, e.g. ``from sdaccel.cpu.export import expo
   ``read_prompts``, ``time_unet``, ``ir_size_bytes``, ``SENSITIVE_LAYER_PATTERNS``
 - :mod:`ir_parts`: ``plan_parts``, ``PartPlan``, ``cut``, ``stitch``
 - :mod:`quantize_vae`: ``quantize_vae_decoder``, ``decoder_inputs``, ``decode``
+- :mod:`sensitivity`: ``quantize_for_ranking``, ``rank_groups``, ``only_group``,
+  ``quantizer_groups``, ``group_of``, ``float_group_patterns``, ``format_table``, ``plot_ranking``
 
 ## Speed-ups
 - :mod:`deepcache`: ``DeepCache``, ``export_deepcache``, ``quantize_deepcache``, ``compile_parts``
@@ -61,6 +63,7 @@ __all__ = [
     "quality",
     "quantize",
     "quantize_vae",
+    "sensitivity",
     "tiny_vae",
     "tome",
     "torch_modules",

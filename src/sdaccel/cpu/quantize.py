@@ -219,6 +219,7 @@ def quantize_full(
     ignored=None,
     smooth_quant_alpha: float | None = 0.95,
     bias_correction: bool = True,
+    fold_weights: bool = True,
 ):
     """Post-training INT8 of weights and activations of the whole UNet (``nncf.quantize``).
 
@@ -244,6 +245,9 @@ def quantize_full(
         bias_correction: NNCF's fast bias correction shifts each layer's bias so that the mean of
             its quantized output matches the float one (one more statistics pass). ``False``
             skips it to save time and memory.
+        fold_weights: ``True`` stores the quantized weights as INT8 constants (what runs fast);
+            ``False`` keeps a ``FakeQuantize`` on each f32 weight instead, so that each quantizer
+            can be taken out again (:mod:`sdaccel.cpu.sensitivity`).
 
     ``model_type=TRANSFORMER`` makes NNCF quantize the attention MatMuls (both activation
     inputs), apply SmoothQuant, and use the *mixed* preset: symmetric INT8 weights, asymmetric
@@ -259,7 +263,9 @@ def quantize_full(
         model_type=nncf.ModelType.TRANSFORMER,
         ignored_scope=_ignored(ignored),
         advanced_parameters=_smooth_quant_params(
-            smooth_quant_alpha, disable_bias_correction=not bias_correction
+            smooth_quant_alpha,
+            disable_bias_correction=not bias_correction,
+            backend_params={"compress_weights": fold_weights},
         ),
     )
 

@@ -55,6 +55,9 @@ OpenVINO or JAX when called. Import the module you need (``from sdaccel.toy impo
   (``python -m sdaccel.toy.deepcache_quality``).
 - ``tome_quality.measure``, ``tome_quality.format_table``: token merging's
   (``python -m sdaccel.toy.tome_quality``).
+- ``sensitivity_quality.measure``, ``sensitivity_quality.format_tables``: the layer groups ranked
+  by what full INT8 costs each, and the recipe that keeps the k costliest in float
+  (``python -m sdaccel.toy.sensitivity_quality``).
 """
 
 __all__ = [
@@ -69,6 +72,7 @@ __all__ = [
     "distill_eval",
     "model_card",
     "random_checkpoints",
+    "sensitivity_quality",
     "steps_report",
     "tome_quality",
     "train",

@@ -1,0 +1,208 @@
+"""The sensitivity ranking (:mod:`sdaccel.cpu.sensitivity`) on a trained shapes checkpoint, and
+what the recipe "full INT8, the k most sensitive groups in float" keeps of the picture.
+
+1. Export the checkpoint in f32, calibrate on training captions (as :mod:`sdaccel.toy.adherence`).
+2. Rank the layer groups: each group alone in INT8, scored by the adherence of the images it
+   generates on ``rank_prompts`` held-out prompts, and by the error of the UNet's output.
+3. For each ``k``, quantize full INT8 with the ``k`` costliest groups in float, and score it,
+   beside f32 and plain full INT8, on *other* held-out prompts (another seed: the prompts and
+   noise that chose the groups are not the ones that judge them), with its PSNR against f32 and
+   the time of one UNet call at the plugin's default precision.
+
+    python -m sdaccel.toy.sensitivity_quality checkpoints/tiny-shapes-sd15 --prompts 96
+
+The toy's seconds are a toy's: they show the direction, not the size, of a real UNet's change.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+from sdaccel.core.checkpoint import read_config
+from sdaccel.core.tables import markdown_table
+from sdaccel.toy import dataset
+from sdaccel.toy.comparison import paired_latents, uint8_images
+
+
+def measure(
+    checkpoint: str | os.PathLike,
+    work_dir: str | os.PathLike,
+    num_prompts: int = 96,
+    rank_prompts: int = 24,
+    ks: tuple[int, ...] = (1, 2, 4),
+    steps: int = 20,
+    guidance_scale: float = 6.0,
+    seed: int = 0,
+    progress: bool = False,
+) -> dict:
+    """Rank the groups, then score f32, full INT8 and each ``k``. Returns ``{"ranking": rows,
+    "rows": {name: {"adherence", "psnr_mean", "float_groups", "fake_quantize", "unet_s",
+    "precision"}}, "settings": ...}``."""
+    import numpy as np
+
+    from sdaccel.core.checkpoint import resolve_checkpoint
+    from sdaccel.cpu import quality, quantize, sensitivity
+    from sdaccel.cpu.export import export_pipeline, text_to_image_components, vae_scale_factor_of
+    from sdaccel.cpu.pipeline import OVPipeline
+    from sdaccel.toy.calibration import calibrate_on_training_captions
+
+    # 1. The f32 export, its pipeline and the calibration set
+    folder = resolve_checkpoint(checkpoint)
+    size = read_config(folder, "unet")["sample_size"] * vae_scale_factor_of(folder, "vae")
+    work = Path(work_dir)
+    export_dir = work / "openvino"
+    export_pipeline(folder, export_dir, components=text_to_image_components(folder), weight_dtype="fp32")
+    unet_xml = export_dir / "unet" / "openvino_model.xml"
+    pipe = OVPipeline.from_pretrained(export_dir, precision="f32")
+    call = dict(steps=steps, guidance_scale=guidance_scale, height=size, width=size)
+    calibration = calibrate_on_training_captions(
+        pipe, work / "calibration", steps, guidance_scale, size, seed=seed
+    )
+
+    def images(unet, prompts, latents):
+        pipe.replace_unet(unet)
+        return uint8_images(pipe.generate(list(prompts), latents=latents, **call).array)
+
+    # 2. The ranking, on the first held-out set: adherence of each group alone, and output error
+    rank_set = dataset.heldout_prompts(rank_prompts, seed=seed)
+    rank_latents = paired_latents(folder, rank_prompts, size, seed)
+    held_out_inputs = quantize.collect_unet_inputs(
+        pipe, rank_set[:4], steps, num_samples=8, guidance_scale=guidance_scale, height=size, width=size,
+        seed=seed, progress=False,
+    )  # fmt: skip
+    start = time.perf_counter()
+    quantized = sensitivity.quantize_for_ranking(unet_xml, calibration, subset_size=64)
+
+    def adherence_of(compiled) -> float:
+        return dataset.adherence(images(compiled, rank_set, rank_latents), rank_set)["score"]
+
+    ranking = sensitivity.rank_groups(
+        unet_xml, quantized, held_out_inputs, score=adherence_of, progress=progress
+    )
+    rank_s = time.perf_counter() - start
+
+    # 3. The recipes, judged on other prompts and noise
+    judge = dataset.heldout_prompts(num_prompts, seed=seed + 1)
+    judge_latents = paired_latents(folder, num_prompts, size, seed + 1000)
+    reference = images(unet_xml, judge, judge_latents)
+    recipes = {"f32": (None, []), "full_int8": ([*quantize.SENSITIVE_LAYER_PATTERNS], [])}
+    for k in ks:
+        groups = [r["group"] for r in ranking if r["group"] != sensitivity.OTHER][:k]
+        ignored = [*quantize.SENSITIVE_LAYER_PATTERNS, *sensitivity.float_group_patterns(ranking, k)]
+        recipes[f"full_int8, {k} most sensitive in float"] = (ignored, groups)
+    sample = next(iter(calibration))
+    rows = {}
+    for name, (ignored, groups) in recipes.items():
+        xml = unet_xml
+        if ignored is not None:
+            xml = work / f"unet_{name.replace(', ', '_').replace(' ', '_')}.xml"
+            quantize.quantize_ir(
+                unet_xml, xml, "full_int8", calibration.folder, subset_size=64, ignored=ignored
+            )
+        got = images(xml, judge, judge_latents)
+        timed = quantize.time_unet(xml, sample, iters=20)
+        rows[name] = {
+            "adherence": dataset.adherence(got, judge)["score"],
+            "psnr_mean": None if ignored is None else quality.compare_images(reference, got)["psnr_mean"],
+            "float_groups": groups,
+            "fake_quantize": quantize.describe_ir(xml)["fake_quantize"],
+            "unet_s": timed["median_s"],
+            "precision": timed["precision"],
+        }
+    f32_s = rows["f32"]["unet_s"]
+    for row in rows.values():
+        row["x_f32"] = float(np.float64(f32_s) / row["unet_s"])
+    settings = {
+        "checkpoint": str(checkpoint),
+        "rank_prompts": rank_prompts,
+        "judge_prompts": num_prompts,
+        "steps": steps,
+        "guidance_scale": guidance_scale,
+        "size": size,
+        "seed": seed,
+        "rank_s": round(rank_s, 1),
+    }
+    return {"settings": settings, "ranking": ranking, "rows": rows}
+
+
+def format_tables(result: dict) -> str:
+    """The ranking, then the recipes (adherence, PSNR against f32, UNet time, speed-up)."""
+    from sdaccel.cpu import sensitivity
+
+    rows = [
+        [
+            name,
+            f"{row['adherence']:.3f}",
+            "-" if row["psnr_mean"] is None else f"{row['psnr_mean']:.1f}",
+            row["fake_quantize"],
+            f"{1000 * row['unet_s']:.2f} ms ({row['precision']})",
+            f"{row['x_f32']:.2f}x",
+        ]
+        for name, row in result["rows"].items()
+    ]
+    s = result["settings"]
+    recipes = markdown_table(
+        [
+            "UNet",
+            f"adherence ({s['judge_prompts']} other prompts)",
+            "PSNR vs f32 dB",
+            "FakeQuantize",
+            "UNet call",
+            "x f32",
+        ],
+        rows,
+        align="lrrrrr",
+    )
+    ranking = sensitivity.format_table(
+        result["ranking"], score_name=f"adherence ({s['rank_prompts']} prompts)"
+    )
+    return f"{ranking}\n\n{recipes}"
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(
+        description="Rank the UNet's layer groups by what full INT8 costs each, and score the recipe that "
+        "keeps the k most sensitive in float (a trained shapes checkpoint; its seconds are a toy's)."
+    )
+    parser.add_argument("checkpoint", help="e.g. checkpoints/tiny-shapes-sd15")
+    parser.add_argument("--prompts", type=int, default=96, help="held-out prompts that judge the recipes")
+    parser.add_argument(
+        "--rank-prompts", type=int, default=24, help="other held-out prompts that rank the groups"
+    )
+    parser.add_argument("--k", type=int, nargs="+", default=[1, 2, 4], help="groups kept in float")
+    parser.add_argument("--work-dir", default=None, help="default build/sensitivity/<checkpoint name>")
+    parser.add_argument("--out", default=None, help="JSON (default: sensitivity.json in the work folder)")
+    args = parser.parse_args(argv)
+    if min(args.prompts, args.rank_prompts) < 1 or min(args.k) < 0:
+        parser.error("--prompts and --rank-prompts must be at least 1, and --k 0 or more")
+    import openvino as ov
+
+    from sdaccel.core import env
+    from sdaccel.cpu.families import isa_tier
+
+    work = Path(args.work_dir or Path("build") / "sensitivity" / Path(args.checkpoint).name)
+    result = measure(args.checkpoint, work, args.prompts, args.rank_prompts, tuple(args.k), progress=True)
+    result["machine"] = {
+        "cpu": env.cpu_model(),
+        "isa": isa_tier(env.cpu_features()),
+        "cores": os.cpu_count(),
+        "openvino": ov.get_version(),
+    }
+    result["command"] = " ".join(
+        ["python -m sdaccel.toy.sensitivity_quality", *(argv if argv is not None else sys.argv[1:])]
+    )
+    out = Path(args.out or work / "sensitivity.json")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2))
+    print(format_tables(result))
+    print(f"written: {out}")
+    return result
+
+
+if __name__ == "__main__":
+    main()
