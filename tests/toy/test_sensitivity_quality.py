@@ -1,5 +1,5 @@
-"""The sensitivity report on the trained SD 1.5-layout shapes checkpoint, at a smoke size (2
-prompts to rank, 2 others to judge, 4 steps, k = 1): the ranking chooses the groups that the recipe keeps
+"""The sensitivity report on the trained SD 1.5-layout shapes checkpoint, at a smoke size (4 of
+the 14 groups, 2 prompts to rank them, 2 others to judge, 4 steps, k = 1): the ranking chooses the groups that the recipe keeps
 in float, and the recipes are judged on prompts and noise that did not rank them."""
 
 from pathlib import Path
@@ -14,9 +14,17 @@ CHECKPOINT = REPO / "checkpoints" / "tiny-shapes-sd15"
 
 @pytest.mark.slow
 def test_the_recipe_keeps_the_top_ranked_groups_in_float(tmp_path):
-    result = sensitivity_quality.measure(
-        CHECKPOINT, tmp_path, num_prompts=2, rank_prompts=2, ks=(1,), steps=4
+    groups = (
+        "down_blocks.0.resnets.0",
+        "mid_block.attentions.0",
+        "up_blocks.1.resnets.0",
+        "up_blocks.1.resnets.1",
     )
+    result = sensitivity_quality.measure(
+        CHECKPOINT, tmp_path, num_prompts=2, rank_prompts=2, ks=(1,), steps=4, groups=groups
+    )
+    assert sorted(r["group"] for r in result["ranking"]) == sorted(groups)
+    assert result["settings"]["groups"] == list(groups)
     ranking, rows = result["ranking"], result["rows"]
     assert list(rows) == ["f32", "full_int8", "full_int8, 1 most sensitive in float"]
     # ranked by the adherence of each group alone first, then by its output error

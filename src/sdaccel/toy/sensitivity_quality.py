@@ -38,9 +38,11 @@ def measure(
     steps: int = 20,
     guidance_scale: float = 6.0,
     seed: int = 0,
+    groups: tuple[str, ...] | None = None,
     progress: bool = False,
 ) -> dict:
-    """Rank the groups, then score f32, full INT8 and each ``k``. Returns ``{"ranking": rows,
+    """Rank the groups (``groups``: only those, e.g. the ResNets; default every group), then score
+    f32, full INT8 and each ``k``. Returns ``{"ranking": rows,
     "rows": {name: {"adherence", "psnr_mean", "float_groups", "fake_quantize", "unet_s",
     "precision"}}, "settings": ...}``."""
     import numpy as np
@@ -82,7 +84,7 @@ def measure(
         return dataset.adherence(images(compiled, rank_set, rank_latents), rank_set)["score"]
 
     ranking = sensitivity.rank_groups(
-        unet_xml, quantized, held_out_inputs, score=adherence_of, progress=progress
+        unet_xml, quantized, held_out_inputs, score=adherence_of, groups=groups, progress=progress
     )
     rank_s = time.perf_counter() - start
 
@@ -92,12 +94,12 @@ def measure(
     reference = images(unet_xml, judge, judge_latents)
     recipes = {"f32": (None, []), "full_int8": ([*quantize.SENSITIVE_LAYER_PATTERNS], [])}
     for k in ks:
-        groups = [r["group"] for r in ranking if r["group"] != sensitivity.OTHER][:k]
+        kept = [r["group"] for r in ranking if r["group"] != sensitivity.OTHER][:k]
         ignored = [*quantize.SENSITIVE_LAYER_PATTERNS, *sensitivity.float_group_patterns(ranking, k)]
-        recipes[f"full_int8, {k} most sensitive in float"] = (ignored, groups)
+        recipes[f"full_int8, {k} most sensitive in float"] = (ignored, kept)
     sample = next(iter(calibration))
     rows = {}
-    for name, (ignored, groups) in recipes.items():
+    for name, (ignored, kept) in recipes.items():
         xml = unet_xml
         if ignored is not None:
             xml = work / f"unet_{name.replace(', ', '_').replace(' ', '_')}.xml"
@@ -109,7 +111,7 @@ def measure(
         rows[name] = {
             "adherence": dataset.adherence(got, judge)["score"],
             "psnr_mean": None if ignored is None else quality.compare_images(reference, got)["psnr_mean"],
-            "float_groups": groups,
+            "float_groups": kept,
             "fake_quantize": quantize.describe_ir(xml)["fake_quantize"],
             "unet_s": timed["median_s"],
             "precision": timed["precision"],
@@ -125,6 +127,7 @@ def measure(
         "guidance_scale": guidance_scale,
         "size": size,
         "seed": seed,
+        "groups": "all" if groups is None else list(groups),
         "rank_s": round(rank_s, 1),
     }
     return {"settings": settings, "ranking": ranking, "rows": rows}
@@ -175,6 +178,7 @@ def main(argv: list[str] | None = None) -> dict:
         "--rank-prompts", type=int, default=24, help="other held-out prompts that rank the groups"
     )
     parser.add_argument("--k", type=int, nargs="+", default=[1, 2, 4], help="groups kept in float")
+    parser.add_argument("--groups", nargs="+", default=None, help="rank only these groups (default: all)")
     parser.add_argument("--work-dir", default=None, help="default build/sensitivity/<checkpoint name>")
     parser.add_argument("--out", default=None, help="JSON (default: sensitivity.json in the work folder)")
     args = parser.parse_args(argv)
@@ -186,7 +190,10 @@ def main(argv: list[str] | None = None) -> dict:
     from sdaccel.cpu.families import isa_tier
 
     work = Path(args.work_dir or Path("build") / "sensitivity" / Path(args.checkpoint).name)
-    result = measure(args.checkpoint, work, args.prompts, args.rank_prompts, tuple(args.k), progress=True)
+    groups = None if args.groups is None else tuple(args.groups)
+    result = measure(
+        args.checkpoint, work, args.prompts, args.rank_prompts, tuple(args.k), groups=groups, progress=True
+    )
     result["machine"] = {
         "cpu": env.cpu_model(),
         "isa": isa_tier(env.cpu_features()),
