@@ -2,11 +2,13 @@
 
 import dataclasses
 import json
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from sdaccel.core import faults
 from sdaccel.toy import dataset, train
 
 REPO = Path(__file__).resolve().parents[2]
@@ -59,7 +61,7 @@ def test_smoke_run_writes_a_diffusers_checkpoint(smoke_checkpoint):
     calibration = (folder / "calibration_prompts.txt").read_text().splitlines()[1:]
     heldout = set(dataset.heldout_prompts(len(dataset.heldout_combinations())))
     assert len(calibration) == 64 and not heldout & set(calibration)  # never the evaluated prompts
-    assert not folder.with_name(folder.name + ".partial").exists()
+    assert not list(folder.parent.glob(f".{folder.name}.*"))  # built in a staging folder, published whole
 
     pipe = DiffusionPipeline.from_pretrained(folder, dtype=torch.float32)
     assert type(pipe).__name__ == PIPELINES[layout]
@@ -68,6 +70,19 @@ def test_smoke_run_writes_a_diffusers_checkpoint(smoke_checkpoint):
     image = pipe("a red circle on a blue background, center", num_inference_steps=2, output_type="np").images
     size = train.SMOKE.image_size
     assert image.shape == (1, size, size, 3) and np.isfinite(image).all()
+
+
+def test_a_training_stopped_half_way_keeps_the_previous_checkpoint(smoke_checkpoint, monkeypatch):
+    layout, folder = smoke_checkpoint
+    before = {p.relative_to(folder): p.read_bytes() for p in folder.rglob("*") if p.is_file()}
+    beside = sorted(p.name for p in folder.parent.iterdir())
+    monkeypatch.setenv(faults.FAULT_ENV, "train.vae-saved:interrupt")  # Ctrl-C once the VAE is saved
+    monkeypatch.setattr(faults, "_reached", Counter())  # in this process, counted from here
+    with pytest.raises(KeyboardInterrupt):
+        train.train(folder, dataclasses.replace(train.SMOKE, layout=layout, seed=1))
+    after = {p.relative_to(folder): p.read_bytes() for p in folder.rglob("*") if p.is_file()}
+    assert after == before
+    assert sorted(p.name for p in folder.parent.iterdir()) == beside  # no half-built folder beside it
 
 
 def test_training_conditioning_matches_the_pipeline(smoke_checkpoint):

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 from importlib import resources
 from pathlib import Path
 
@@ -267,19 +266,6 @@ def ensure_tiny(root: str | Path, name: str = "tiny-sdxl", force: bool = False) 
             BUILDERS[name](stage)
             fault_point("random_checkpoints.built")
     return folder
-
-
-def staging_folder(folder: Path) -> Path:
-    """The empty ``<folder>.partial`` to build a checkpoint in, before :func:`publish`."""
-    tmp = folder.with_name(folder.name + ".partial")
-    shutil.rmtree(tmp, ignore_errors=True)
-    return tmp
-
-
-def publish(tmp: Path, folder: Path) -> None:
-    """Replace ``folder`` by the finished ``tmp`` (:func:`sdaccel.core.staging.publish_folder`: the old
-    folder is renamed aside and deleted only once the new one is in place)."""
-    staging.publish_folder(tmp, folder)
 
 
 def main(argv: list[str] | None = None) -> None:

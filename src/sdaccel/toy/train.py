@@ -61,6 +61,7 @@ from pathlib import Path
 import numpy as np
 
 from sdaccel.core import staging
+from sdaccel.core.faults import fault_point
 from sdaccel.toy import dataset
 from sdaccel.toy.random_checkpoints import (
     SD15_COMPONENTS,
@@ -68,8 +69,6 @@ from sdaccel.toy.random_checkpoints import (
     SDXL_COMPONENTS,
     bytes_to_unicode,
     clip_text_encoder,
-    publish,
-    staging_folder,
     write_model_index,
 )
 
@@ -586,14 +585,22 @@ def _plot(folder: Path, log: dict, images: list, prompts: list[str]) -> None:
 
 
 def train(out_dir: str | Path, config: TrainConfig | None = None, evaluate_model: bool = True) -> dict:
-    """Run every stage and write the checkpoint to ``out_dir``; returns the training log."""
+    """Run every stage and write the checkpoint to ``out_dir``; returns the training log.
+
+    The checkpoint is built in a hidden staging folder beside ``out_dir`` and replaces it only when
+    whole (:func:`sdaccel.core.staging.staged_folder`): a training stopped or killed half-way leaves
+    the previous checkpoint as it was, and two trainings of one folder take turns."""
+    config = config or TrainConfig()
+    with staging.staged_folder(out_dir) as stage:
+        return _train_into(stage, config, evaluate_model)
+
+
+def _train_into(tmp: Path, config: TrainConfig, evaluate_model: bool) -> dict:
+    """:func:`train`'s stages, writing into the empty staging folder ``tmp``."""
     import torch
 
-    config = config or TrainConfig()
     torch.set_num_threads(config.threads)
     torch.manual_seed(config.seed)
-    out_dir = Path(out_dir)
-    tmp = staging_folder(out_dir)
     log: dict = {"config": dataclasses.asdict(config), "wall_s": {}}
     start = last = time.perf_counter()
 
@@ -622,6 +629,7 @@ def train(out_dir: str | Path, config: TrainConfig | None = None, evaluate_model
     log["scaling_factor"] = round(scaling, 5)
     vae.register_to_config(scaling_factor=log["scaling_factor"])
     vae.save_pretrained(tmp / "vae")
+    fault_point("train.vae-saved")
     check_images, check_prompts = dataset.make_dataset(
         64, config.seed + 10, config.image_size, split="heldout"
     )
@@ -646,7 +654,6 @@ def train(out_dir: str | Path, config: TrainConfig | None = None, evaluate_model
         _plot(tmp, log, samples[:16], dataset.heldout_prompts(config.eval_prompts, seed=0)[:16])
     log["size_bytes"] = staging.disk_bytes(tmp)
     (tmp / "training_log.json").write_text(json.dumps(log, indent=1))
-    publish(tmp, out_dir)
     return log
 
 
