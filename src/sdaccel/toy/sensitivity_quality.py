@@ -17,7 +17,6 @@ The toy's seconds are a toy's: they show the direction, not the size, of a real 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
@@ -45,7 +44,6 @@ def measure(
     f32, full INT8 and each ``k``. Returns ``{"ranking": rows,
     "rows": {name: {"adherence", "psnr_mean", "float_groups", "fake_quantize", "unet_s",
     "precision"}}, "settings": ...}``."""
-    import numpy as np
 
     from sdaccel.core.checkpoint import resolve_checkpoint
     from sdaccel.cpu import quality, quantize, sensitivity
@@ -116,9 +114,8 @@ def measure(
             "unet_s": timed["median_s"],
             "precision": timed["precision"],
         }
-    f32_s = rows["f32"]["unet_s"]
     for row in rows.values():
-        row["x_f32"] = float(np.float64(f32_s) / row["unet_s"])
+        row["x_f32"] = rows["f32"]["unet_s"] / row["unet_s"]
     settings = {
         "checkpoint": str(checkpoint),
         "rank_prompts": rank_prompts,
@@ -184,9 +181,9 @@ def main(argv: list[str] | None = None) -> dict:
     args = parser.parse_args(argv)
     if min(args.prompts, args.rank_prompts) < 1 or min(args.k) < 0:
         parser.error("--prompts and --rank-prompts must be at least 1, and --k 0 or more")
-    import openvino as ov
-
     from sdaccel.core import env
+    from sdaccel.core.staging import replace_json
+    from sdaccel.cpu.benchmark import machine_info
     from sdaccel.cpu.families import isa_tier
 
     work = Path(args.work_dir or Path("build") / "sensitivity" / Path(args.checkpoint).name)
@@ -194,18 +191,13 @@ def main(argv: list[str] | None = None) -> dict:
     result = measure(
         args.checkpoint, work, args.prompts, args.rank_prompts, tuple(args.k), groups=groups, progress=True
     )
-    result["machine"] = {
-        "cpu": env.cpu_model(),
-        "isa": isa_tier(env.cpu_features()),
-        "cores": os.cpu_count(),
-        "openvino": ov.get_version(),
-    }
+    result["machine"] = {**machine_info(), "isa": isa_tier(env.cpu_features())}
     result["command"] = " ".join(
         ["python -m sdaccel.toy.sensitivity_quality", *(argv if argv is not None else sys.argv[1:])]
     )
     out = Path(args.out or work / "sensitivity.json")
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2))
+    replace_json(out, result)  # whole or not at all, if the run is stopped while it writes
     print(format_tables(result))
     print(f"written: {out}")
     return result
