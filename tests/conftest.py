@@ -30,6 +30,7 @@ collection fails when a mark and :func:`group_of` disagree.
 import fcntl
 import json
 import os
+import signal
 from collections import Counter
 from contextlib import contextmanager
 from pathlib import Path
@@ -42,6 +43,13 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 # its threads (JAX warns "os.fork() was called ... will likely lead to a deadlock"). The smoke
 # notebooks' kernels get the same from sdaccel.course.run_profiles.KERNEL_ENV.
 os.environ.setdefault("CI", "true")
+# Ctrl-C as Python's KeyboardInterrupt in this process and in every process it starts. A shell
+# that starts a job in the background without job control (`cmd &` in a script) starts it with
+# SIGINT ignored, children inherit that across exec, and Python then installs no handler: the tests
+# that interrupt a child (tests/faults/, tests/core/test_processes.py) would wait for a child that
+# never stops. A handler (unlike SIG_IGN) is reset to the default by exec.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 import jax  # noqa: E402
 import pytest  # noqa: E402
