@@ -185,6 +185,39 @@ def test_widget_state_is_dropped_and_each_bar_kept_as_its_final_text():
     assert noisy_outputs(clean) == []
 
 
+def test_a_bar_tqdm_hid_leaves_nothing_and_a_frozen_one_is_found():
+    """A bar closed with ``leave=False`` is hidden by tqdm (its HBox's layout): a reader saw
+    nothing, so the text copy keeps nothing, not the label of its last refresh ("23%" over a full
+    bar and "12/52"). Such a frozen line, wherever it comes from, fails the executed-copy checks."""
+
+    def model(name, **state):
+        return {"model_name": name, "model_module": "@jupyter-widgets/controls", "state": state}
+
+    state = {
+        "bar": model(
+            "HBoxModel", children=["IPY_MODEL_l", "IPY_MODEL_p", "IPY_MODEL_r"], layout="IPY_MODEL_lay"
+        ),
+        "lay": {"model_name": "LayoutModel", "state": {"visibility": "hidden"}},
+        "l": model("HTMLModel", value="unet:\u200723%"),
+        "p": model("FloatProgressModel", value=52.0, max=52.0),
+        "r": model("HTMLModel", value="\u200712/52"),
+    }
+    nb = notebook(code("load()", widget("bar", "unet:  23%"), stream("stdout", "loaded\n")))
+    nb["metadata"]["widgets"] = {WIDGET_STATE: {"state": state, "version_major": 2, "version_minor": 0}}
+    clean = drop_widget_state(nb)
+    assert ["".join(o.get("text")) for o in clean["cells"][0]["outputs"]] == ["loaded\n"]
+    assert noisy_outputs(clean) == []
+
+    frozen = notebook(
+        code("a()", stream("stdout", "text_encoder:  23%|██████████| 12/52 [00:00<00:00, 107tensor/s]\n")),
+        code("b()", stream("stdout", "vae:   0%|██████████| 0/156\n")),
+        code("c()", stream("stdout", "calibration:  67%|██████▋   | 2/3\nf32: 100%|██████████| 12/12\n")),
+    )
+    problems = noisy_outputs(frozen)
+    assert [p.split(":")[0] for p in problems] == ["cell 0", "cell 1"]
+    assert all("frozen progress bar" in p for p in problems)
+
+
 # ----------------------------------------------------------------------------------------------
 # The notebooks as committed
 # ----------------------------------------------------------------------------------------------

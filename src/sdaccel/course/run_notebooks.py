@@ -117,7 +117,28 @@ def noisy_outputs(nb: dict) -> list[str]:
                 problems.append(f"cell {i}: terminal control codes {text.strip()[:80]!r}")
             elif _WARNING.search(text):
                 problems.append(f"cell {i}: warning {text.strip()[:160]!r}")
+            elif frozen := frozen_bars(text):
+                problems.append(f"cell {i}: frozen progress bar {frozen[0]!r}")
     return problems
+
+
+_BAR = re.compile(r"(\d+)%\|([^|]{10})\| *(\d+)/(\d+)")
+
+
+def frozen_bars(text: str) -> list[str]:
+    """The progress-bar lines of ``text`` whose parts disagree, as a bar shows when it was saved
+    between two refreshes: a full bar over "12/52", or "23%" over a count of 12 of 52 drawn as 0%.
+    A bar that stopped part way but says so consistently (an interrupted loop) is not one."""
+    frozen = []
+    for line in text.splitlines():
+        for match in _BAR.finditer(line):
+            percent, bar, n, total = int(match[1]), match[2], int(match[3]), int(match[4])
+            if not total:
+                continue
+            # tqdm rounds the percentage and draws the last tenth as a partial block: one of slack
+            if abs(percent - 100 * n / total) > 1 or abs(bar.count("█") - 10 * n / total) > 1:
+                frozen.append(line.strip()[:120])
+    return frozen
 
 
 def cells_without_figures(nb: dict) -> list[int]:
@@ -166,6 +187,9 @@ def _widget_text(model_id: str, state: dict) -> list[dict] | None:
         return [dict(out) for out in fields.get("outputs", [])]
     if model.get("model_name") != "HBoxModel":
         return None
+    layout = state.get(str(fields.get("layout", "")).removeprefix("IPY_MODEL_"), {}).get("state", {})
+    if layout.get("visibility") == "hidden" or layout.get("display") == "none":
+        return []  # a bar closed with leave=False: tqdm hid it, and a reader of the notebook saw nothing
     parts = [state.get(c.removeprefix("IPY_MODEL_"), {}) for c in fields.get("children", [])]
     if [p.get("model_name") for p in parts] != ["HTMLModel", "FloatProgressModel", "HTMLModel"]:
         return None
