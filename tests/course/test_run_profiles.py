@@ -45,9 +45,10 @@ def test_start_applies_the_same_values_as_papermill(monkeypatch, capsys, tmp_pat
     monkeypatch.setenv("SDACCEL_CHECKPOINTS", str(tmp_path))
     namespace = {"MODEL_ID": "stabilityai/stable-diffusion-xl-base-1.0", "STEPS": 20, "SEED": 0}
     started = run_profiles.start("01_sdxl_in_jax", namespace)
-    expected = run_profiles.overrides("01_sdxl_in_jax", "smoke", tmp_path)
+    expected = run_profiles.overrides("01_sdxl_in_jax", "smoke", tmp_path, relative_to=os.getcwd())
     assert started.overrides == expected and started.profile == "smoke"
-    assert namespace["MODEL_ID"] == f"{run_profiles.REPO}/checkpoints/tiny-shapes-sdxl"
+    # relative to the kernel's folder (the notebook's), as papermill injects it
+    assert namespace["MODEL_ID"] == os.path.relpath(run_profiles.REPO / "checkpoints" / "tiny-shapes-sdxl")
     assert namespace["HEIGHT"] == 32 and namespace["SEED"] == 0, "only the profile's keys change"
     again = dict(namespace)
     run_profiles.start("01_sdxl_in_jax", again)  # after papermill's injection: nothing changes

@@ -56,6 +56,19 @@ def test_an_adapter_is_checked_fused_and_recorded(tiny_sd15, tmp_path):
     assert lora_export.lora_settings([]) is None
 
 
+def test_one_adapter_file_is_recorded_alike_however_its_path_is_written(tiny_sd15, tmp_path, monkeypatch):
+    """A notebook hands its kernel ``../checkpoints/...`` and a test the absolute path of the same
+    file: the export that one made must be the export the other reuses."""
+    name, shape = _to_q(lora_export.checkpoint_targets(tiny_sd15))
+    _lora_file(tmp_path / "lora.safetensors", name, shape)
+    monkeypatch.chdir(tmp_path)
+    relative = lora_export.lora_settings(lora_export.check_lora(tiny_sd15, [("lora.safetensors", 1.0)]))
+    absolute = lora_export.lora_settings(
+        lora_export.check_lora(tiny_sd15, [(tmp_path / "lora.safetensors", 1.0)])
+    )
+    assert relative == absolute and relative[0]["file"] == str((tmp_path / "lora.safetensors").resolve())
+
+
 def test_an_adapter_of_another_shape_is_refused(tiny_sd15, tmp_path):
     name, (rows, cols) = _to_q(lora_export.checkpoint_targets(tiny_sd15))
     _lora_file(tmp_path / "wrong.safetensors", name, (rows + 1, cols))

@@ -17,6 +17,7 @@ from sdaccel.course.run_notebooks import (
     BANNED_PHRASES,
     WIDGET_STATE,
     WIDGET_VIEW,
+    absolute_paths,
     banned_phrases,
     cells_without_figures,
     discover,
@@ -86,6 +87,28 @@ def test_noise_is_found_and_named_by_cell():
         noisy_outputs(notebook(code("print('FutureWarnings are explained below')", stream("stdout", "ok\n"))))
         == []
     )
+
+
+def test_the_absolute_path_of_the_clone_is_found_in_sources_and_outputs(tmp_path):
+    clone = tmp_path / "clone"
+    nb = notebook(
+        code(f'MODEL_ID = "{clone}/checkpoints/tiny-shapes-sd15"'),  # injected by papermill
+        code("print(folder)", stream("stdout", "export folder: ../build/smoke/outputs/openvino/x\n")),
+        code("folder", {"output_type": "execute_result", "data": {"text/plain": f"PosixPath('{clone}/b')"}}),
+    )
+    assert absolute_paths(nb, clone) == [
+        f'cell 0: MODEL_ID = "{clone}/checkpoints/tiny-shapes-sd15"',
+        f"cell 2: PosixPath('{clone}/b')",
+    ]
+
+
+def test_folders_in_the_repository_are_handed_to_the_kernel_relative_to_its_folder(tmp_path):
+    notebooks = REPO / "notebooks"
+    values = run_profiles.overrides("05_int8_quantization", "smoke", relative_to=notebooks)
+    assert values["MODEL_ID"] == "../checkpoints/tiny-shapes-sd15"
+    assert (notebooks / values["CALIBRATION_PROMPTS_FILE"]).is_file()
+    assert run_profiles.within_repo(tmp_path / "x", notebooks) == str(tmp_path / "x")  # elsewhere: as given
+    assert run_profiles.within_repo("build/x", notebooks) == "build/x"  # relative already: as given
 
 
 def test_a_plot_without_an_inline_figure_is_found():
@@ -230,11 +253,15 @@ def test_no_development_notes_in_the_notebooks(nb):
 
 @pytest.mark.parametrize("nb", NOTEBOOKS, ids=IDS)
 def test_no_cell_ends_in_a_value_it_does_not_mean_to_show(nb):
-    """``gc.collect()`` as a cell's last line prints a count of objects (``31``); assign it to ``_``."""
+    """``gc.collect()`` as a cell's last line prints a count of objects (``31``), and a call that
+    returns a folder prints ``PosixPath('...')``; assign them to ``_``. Nor does a cell print a raw
+    JSON dump: the results file is on disk, the cells show what they measured."""
     for i, cell in enumerate(json.loads(nb.read_text())["cells"]):
         lines = [line for line in "".join(cell["source"]).splitlines() if line.strip()]
         if cell["cell_type"] == "code" and lines:
-            assert not re.match(r"(gc\.collect|os\.kill|shutil\.rmtree)\(", lines[-1]), f"{nb.name} cell {i}"
+            last = r"(gc\.collect|os\.kill|shutil\.rmtree|export_pipeline|quantize\.quantize_ir)\("
+            assert not re.match(last, lines[-1]), f"{nb.name} cell {i}"
+            assert not any(re.search(r"print\(json\.dumps\(", line) for line in lines), f"{nb.name} cell {i}"
 
 
 @pytest.mark.parametrize("nb", NOTEBOOKS, ids=IDS)

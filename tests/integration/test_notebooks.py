@@ -22,6 +22,7 @@ from sdaccel.course import whole_image
 from sdaccel.course.notebook import SETUP_CELL
 from sdaccel.course.run_notebooks import (
     PROFILE_ENV,
+    absolute_paths,
     banned_phrases,
     cells_without_figures,
     discover,
@@ -318,6 +319,7 @@ def test_executed_copy_reads_cleanly(nb, smoke_notebook):
         assert pngs, f"{nb.name} draws figures but its executed copy has no image/png output"
     assert noisy_outputs(executed) == []
     assert banned_phrases(executed) == []
+    assert absolute_paths(executed, ROOT) == [], "print folders relative to the notebook's"
     first = next(o for c in executed["cells"] if c["cell_type"] == "code" for o in c.get("outputs", []))
     assert "".join(first["text"]).startswith("Profile smoke: "), "the first output names the profile"
 

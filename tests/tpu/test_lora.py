@@ -447,5 +447,5 @@ def test_lora_settings_record_files_and_scales(files):
 
     assert lora_settings([]) is None
     (record,) = lora_settings(check_lora(_checkpoint("sd15"), [(files["sd15"]["kohya"], 0.5)]))
-    assert record["file"] == str(files["sd15"]["kohya"]) and record["scale"] == 0.5
+    assert record["file"] == str(files["sd15"]["kohya"].resolve()) and record["scale"] == 0.5
     assert record["size"] == files["sd15"]["kohya"].stat().st_size

@@ -39,7 +39,7 @@ import shutil
 import sys
 import tempfile
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 from sdaccel.core.faults import fault_point
@@ -240,6 +240,19 @@ def replace_text(path: str | os.PathLike, text: str) -> None:
 
 def replace_json(path: str | os.PathLike, data) -> None:
     replace_text(path, json.dumps(data, indent=2))
+
+
+def update_json(path: str | os.PathLike, change: Callable[[dict], None], empty: dict | None = None) -> dict:
+    """Read the JSON object at ``path`` (``empty`` when there is none), ``change`` it in place, and
+    write it back whole (:func:`replace_json`), as the only writer of ``path`` (:func:`writer_lock`):
+    two runs that each add their entry to one results file keep both. Returns what was written."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with writer_lock(path):
+        data = json.loads(path.read_text()) if path.is_file() else json.loads(json.dumps(empty or {}))
+        change(data)
+        replace_json(path, data)
+    return data
 
 
 def disk_bytes(path: str | os.PathLike) -> int:

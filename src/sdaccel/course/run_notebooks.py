@@ -141,6 +141,24 @@ def frozen_bars(text: str) -> list[str]:
     return frozen
 
 
+def absolute_paths(nb: dict, root: str | os.PathLike = REPO) -> list[str]:
+    """``cell i: line`` for each line of a notebook's sources (the injected parameters among them)
+    and text outputs that holds the absolute path of ``root``, the clone that ran it: a reader's
+    clone is elsewhere, so the executed copy shows folders relative to the notebook's."""
+    roots = {str(root), str(Path(root).resolve())}
+    found = []
+    for i, cell in enumerate(nb.get("cells", [])):
+        texts = ["".join(cell.get("source", ""))]
+        for out in cell.get("outputs", []):
+            texts.append("".join(out.get("text", "")))
+            for kind in ("text/plain", "text/markdown"):
+                texts.append("".join(out.get("data", {}).get(kind, "")))
+        for line in "\n".join(texts).splitlines():
+            if any(r in line for r in roots):
+                found.append(f"cell {i}: {line.strip()[:160]}")
+    return found
+
+
 def cells_without_figures(nb: dict) -> list[int]:
     """Indices of the code cells that call ``plt.show()`` at their top level but have no
     ``image/png`` output (the figure was drawn but not shown inline)."""
@@ -273,8 +291,10 @@ def profile_parameters(notebook: Path, profile: str, checkpoints: Path, output_d
     and the output folder."""
     if profile not in PROFILES:
         raise SystemExit(f"Unknown profile {profile!r}: choose one of {', '.join(PROFILES)}.")
-    params = run_profiles.overrides(notebook.stem, profile, checkpoints)
-    params["OUTPUT_DIR"] = str(output_dir)
+    # the kernel works in the notebook's folder (papermill's cwd, as Jupyter's): the folders it is
+    # handed, and so the ones it prints, are relative to it where they lie in the repository
+    params = run_profiles.overrides(notebook.stem, profile, checkpoints, relative_to=notebook.parent)
+    params["OUTPUT_DIR"] = run_profiles.within_repo(Path(output_dir).resolve(), notebook.parent)
     return params
 
 

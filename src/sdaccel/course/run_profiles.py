@@ -212,9 +212,31 @@ def default_checkpoints() -> Path:
     return Path(os.environ.get(CHECKPOINTS_VAR) or REPO / "build" / "checkpoints")
 
 
-def overrides(notebook: str, profile: str, checkpoints: str | os.PathLike | None = None) -> dict:
+def within_repo(path: str | os.PathLike, start: str | os.PathLike) -> str:
+    """``path`` relative to ``start`` when both lie in this repository, otherwise as given: the
+    folders a notebook is handed and prints read ``../checkpoints/tiny-shapes-sd15`` from the
+    kernel's folder, not the absolute path of the clone that ran it."""
+    path = str(path)
+    if not os.path.isabs(path):
+        return path
+    try:
+        for inside in (path, start):
+            Path(inside).resolve().relative_to(REPO.resolve())
+        return os.path.relpath(path, start)
+    except ValueError:  # outside the repository, or another drive
+        return path
+
+
+def overrides(
+    notebook: str,
+    profile: str,
+    checkpoints: str | os.PathLike | None = None,
+    relative_to: str | os.PathLike | None = None,
+) -> dict:
     """The values ``profile`` sets in the parameters cell of ``notebook`` (a stem such as
-    ``"01_sdxl_in_jax"``), with ``{repo}`` and ``{checkpoints}`` filled in."""
+    ``"01_sdxl_in_jax"``), with ``{repo}`` and ``{checkpoints}`` filled in; with ``relative_to``
+    (the kernel's working folder), the folders inside the repository relative to it
+    (:func:`within_repo`)."""
     _check_profile(profile)
     if profile == "full":
         return {}
@@ -225,8 +247,9 @@ def overrides(notebook: str, profile: str, checkpoints: str | os.PathLike | None
     folder = str(checkpoints or default_checkpoints())
 
     def fill(value):
-        if isinstance(value, str):
-            return value.replace("{checkpoints}", folder).replace("{repo}", str(REPO))
+        if isinstance(value, str) and ("{checkpoints}" in value or "{repo}" in value):
+            path = value.replace("{checkpoints}", folder).replace("{repo}", str(REPO))
+            return within_repo(path, relative_to) if relative_to is not None else path
         if isinstance(value, list):
             return [fill(v) for v in value]
         return value
@@ -314,7 +337,7 @@ def start(notebook: str, namespace: dict | None = None) -> Started:
     quiet()
     _explain_tpu_busy()
     profile = active_profile()
-    values = overrides(notebook, profile)
+    values = overrides(notebook, profile, relative_to=os.getcwd())
     if namespace is not None:
         namespace.update(values)
     if profile == "smoke":

@@ -129,8 +129,7 @@ def lora_settings(adapters: Sequence[tuple[LoraAdapter, float]]) -> list[dict] |
         return None
     out = []
     for adapter, scale in adapters:
-        stat = Path(adapter.source).stat()
-        out.append(
-            {"file": adapter.source, "scale": scale, "size": stat.st_size, "mtime_ns": stat.st_mtime_ns}
-        )
+        file = Path(adapter.source).resolve()  # one file, however the caller spelled its path
+        stat = file.stat()
+        out.append({"file": str(file), "scale": scale, "size": stat.st_size, "mtime_ns": stat.st_mtime_ns})
     return out

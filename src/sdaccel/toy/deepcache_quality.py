@@ -6,7 +6,6 @@ python -m sdaccel.toy.deepcache_quality --checkpoint CHECKPOINT --intervals 2 3 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
@@ -221,9 +220,11 @@ def main(argv=None) -> dict:
     parser.add_argument("--calibration-prompts", type=int, default=16)
     parser.add_argument("--calibration-samples", type=int, default=100)
     args = parser.parse_args(argv)
-    import openvino as ov
 
     from sdaccel.core import env
+    from sdaccel.core.staging import update_json
+    from sdaccel.cpu.benchmark import machine_info
+    from sdaccel.cpu.families import isa_tier
 
     result = measure(
         args.checkpoint,
@@ -237,15 +238,14 @@ def main(argv=None) -> dict:
         calibration_prompts=args.calibration_prompts,
         calibration_samples=args.calibration_samples,
     )
-    result["machine"] = {"cpu": env.cpu_model(), "cores": os.cpu_count(), "openvino": ov.get_version()}
+    result["machine"] = {**machine_info(), "isa": isa_tier(env.cpu_features())}
     result["command"] = " ".join(
         ["python -m sdaccel.toy.deepcache_quality", *(argv if argv is not None else sys.argv[1:])]
     )
-    out = Path(args.out)
-    everything = json.loads(out.read_text()) if out.is_file() else {"models": {}}
-    everything["models"][Path(result["checkpoint"]).name] = result
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(everything, indent=2))
+    out = Path(args.out)  # one entry per checkpoint: the others are kept
+    update_json(
+        out, lambda every: every["models"].update({Path(result["checkpoint"]).name: result}), {"models": {}}
+    )
     print(format_table(result))
     print(f"wrote {out} and {result['grid']}")
     return result

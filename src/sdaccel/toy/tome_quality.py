@@ -6,7 +6,6 @@ python -m sdaccel.toy.tome_quality --checkpoint CHECKPOINT --ratios 0.3 0.5 --ou
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from collections.abc import Sequence
@@ -154,11 +153,16 @@ def main(argv=None) -> dict:
         steps=args.steps,
         guidance_scale=args.guidance,
     )
-    out = Path(args.out)
-    everything = json.loads(out.read_text()) if out.is_file() else {"models": {}}
-    everything["models"][Path(result["checkpoint"]).name] = result
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(everything, indent=2))
+    from sdaccel.core import env
+    from sdaccel.core.staging import update_json
+    from sdaccel.cpu.benchmark import machine_info
+    from sdaccel.cpu.families import isa_tier
+
+    result["machine"] = {**machine_info(), "isa": isa_tier(env.cpu_features())}
+    out = Path(args.out)  # one entry per checkpoint: the others are kept
+    update_json(
+        out, lambda every: every["models"].update({Path(result["checkpoint"]).name: result}), {"models": {}}
+    )
     print(format_table(result))
     print(f"wrote {out}")
     return result
