@@ -9,8 +9,9 @@ brand alone:
   twice the f32 multiply-add rate, and the plugin converts between f32 and bf16 around the ops it
   keeps in f32. Whether bf16 wins depends on the core: the two such CPUs below disagree.
 * **AVX-512 VNNI**: INT8 dot products in one instruction (``VPDPBUSD``); full INT8 pays.
-* **AVX2 only**: no bf16 at all (the plugin offers f32), and INT8 is emulated with several
-  instructions per dot product.
+* **AVX2 only**: no bf16 at all (the plugin offers f32). INT8 runs on oneDNN's AVX2 kernels,
+  which take three instructions (``VPMADDUBSW``, ``VPMADDWD``, ``VPADDD``) where VNNI takes one:
+  slower than VNNI, not emulated, and little faster than f32.
 
 :data:`REFERENCE` (``sdaccel/data/cpu_families.json``) holds one table per family, each measured
 by ``benchmarks/bench_openvino.py`` (SD 1.5 UNet, random weights, batch 2, 64x64 latents, static

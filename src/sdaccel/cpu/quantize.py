@@ -22,8 +22,9 @@ quantizing. Three recipes, from safest to fastest:
 
 INT8 activations only pay off where the CPU has INT8 dot-product instructions: AVX-512 VNNI
 (``vpdpbusd``: 4 INT8 products accumulated into an INT32 per lane, 4x the f32 rate) or AMX
-(tile matrix units on Sapphire Rapids and later, another several-fold). Without them the CPU
-plugin emulates the ``FakeQuantize`` and INT8 can even be slower than bf16.
+(tile matrix units on Sapphire Rapids and later, another several-fold). Without them (AVX2) the
+CPU plugin runs oneDNN's AVX2 INT8 kernels, three instructions where VNNI takes one, and INT8
+can even be slower than bf16.
 
 The calibration data of ``quantize_full`` / ``quantize_hybrid`` are the UNet's own inputs
 captured while a floating-point pipeline generates images (:func:`collect_unet_inputs`): the
@@ -102,9 +103,10 @@ VARIANTS = ("int8_weights", "hybrid", "full_int8")
 #: expressions matched from the start of OpenVINO node names such as
 #: ``__module.conv_in/aten::_convolution/Convolution``).
 #:
-#: * ``conv_in`` reads the raw noisy latents (4 channels), whose range changes by an order of
-#:   magnitude between the first and the last step; one INT8 scale for all steps clips the early
-#:   steps or wastes the late ones, and the error enters every later layer.
+#: * ``conv_in`` reads the latents: 4 channels of different ranges under one per-tensor INT8 scale
+#:   for its input, so the narrow channels get few levels, and its error enters every later layer.
+#:   First and last layers are the known sensitive ones of INT8 networks, and this one costs
+#:   almost no FLOPs (4 input channels).
 #: * ``conv_out`` writes the noise prediction itself, which the scheduler subtracts from the
 #:   latents: its error goes straight into the image, with nothing after it to average it out.
 #: * ``time_embedding``, ``add_embedding`` (SDXL's size/crop conditioning) and every ResNet's
