@@ -61,3 +61,17 @@ def test_aot_cache_compiles_once_per_signature():
     assert len(cache) == 3 and compiled.flops == 4
     cache.clear()
     assert len(cache) == 0
+
+
+def test_a_program_traced_under_another_matmul_precision_is_compiled_again():
+    """``jax.default_matmul_precision`` is read when the program is traced (on a TPU, "highest" is
+    float32 and the default one bfloat16 pass): the cache must not hand back the default program."""
+    cache = aot.AOTCache(lambda a, b: a @ b)
+    x = jnp.ones((4, 4))
+    default = cache.compile(x, x)
+    with jax.default_matmul_precision("highest"):
+        highest = cache.compile(x, x)
+        assert cache.compile(x, x) is highest  # and kept under its own key
+    assert len(cache) == 2 and cache.compile(x, x) is default
+    assert "operand_precision={highest,highest}" in highest.executable.as_text()
+    assert "operand_precision" not in default.executable.as_text()

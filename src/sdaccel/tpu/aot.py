@@ -80,8 +80,10 @@ class AOTCache:
 
     def compile(self, *args) -> Compiled:
         """The executable for these arguments (arrays or ``jax.ShapeDtypeStruct``), compiled on
-        first use."""
-        key = self.signature(args)
+        first use. The matmul precision in force (``jax.default_matmul_precision``) is part of the
+        key, as it is of ``jax.jit``'s own cache: it is read when the program is traced, so a
+        program compiled under another precision is not this one."""
+        key = (self.signature(args), jax.config.jax_default_matmul_precision)
         if key not in self.executables:
             with jax.set_mesh(self.mesh) if self.mesh is not None else nullcontext():
                 compiled = aot_compile(self.jitted, *args)
