@@ -122,6 +122,16 @@ def noisy_outputs(nb: dict) -> list[str]:
     return problems
 
 
+def cell_text(cell: dict, kinds: tuple[str, ...]) -> str:
+    """A cell's source and the text of its outputs (streams, and the ``kinds`` of rich data), one
+    string: what the checks of an executed copy read."""
+    texts = ["".join(cell.get("source", ""))]
+    for out in cell.get("outputs", []):
+        texts.append("".join(out.get("text", "")))
+        texts += ["".join(out.get("data", {}).get(kind, "")) for kind in kinds]
+    return "\n".join(texts)
+
+
 _BAR = re.compile(r"(\d+)%\|([^|]{10})\| *(\d+)/(\d+)")
 
 
@@ -148,12 +158,7 @@ def absolute_paths(nb: dict, root: str | os.PathLike = REPO) -> list[str]:
     roots = {str(root), str(Path(root).resolve())}
     found = []
     for i, cell in enumerate(nb.get("cells", [])):
-        texts = ["".join(cell.get("source", ""))]
-        for out in cell.get("outputs", []):
-            texts.append("".join(out.get("text", "")))
-            for kind in ("text/plain", "text/markdown"):
-                texts.append("".join(out.get("data", {}).get(kind, "")))
-        for line in "\n".join(texts).splitlines():
+        for line in cell_text(cell, ("text/plain", "text/markdown")).splitlines():
             if any(r in line for r in roots):
                 found.append(f"cell {i}: {line.strip()[:160]}")
     return found
@@ -175,12 +180,7 @@ def banned_phrases(nb: dict) -> list[str]:
     """``cell i: phrase`` for each :data:`BANNED_PHRASES` in a notebook's sources and text outputs."""
     found = []
     for i, cell in enumerate(nb.get("cells", [])):
-        texts = ["".join(cell.get("source", ""))]
-        for out in cell.get("outputs", []):
-            texts.append("".join(out.get("text", "")))
-            for kind in ("text/plain", "text/markdown", "text/html"):
-                texts.append("".join(out.get("data", {}).get(kind, "")))
-        lowered = "\n".join(texts).lower()
+        lowered = cell_text(cell, ("text/plain", "text/markdown", "text/html")).lower()
         found += [f"cell {i}: {phrase!r}" for phrase in BANNED_PHRASES if phrase in lowered]
     return found
 
