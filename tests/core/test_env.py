@@ -1,6 +1,6 @@
-"""sdaccel.core.env: the CPU's name and instruction sets read from one source (/proc/cpuinfo, then
-lscpu, then the platform), for an x86 and an ARM machine and one without /proc/cpuinfo; the
-installed versions; the summary of notebook 00."""
+"""sdaccel.core.env: the CPU's name and instruction sets read from one source (/proc/cpuinfo, else
+macOS's sysctl; then lscpu, then the platform), for x86 and ARM Linux machines, Apple silicon and
+Intel Macs, and a machine with neither; the installed versions; the summary of notebook 00."""
 
 from __future__ import annotations
 
@@ -50,6 +50,45 @@ CPU implementer\t: 0x41
 CPU part\t: 0xd0c
 """
 
+#: An AWS Graviton 3 (Neoverse V1): FP16, dot product, I8MM, BF16 and SVE.
+GRAVITON3 = """\
+processor\t: 0
+BogoMIPS\t: 2100.00
+Features\t: fp asimd evtstrm aes pmull sha1 sha2 crc32 atomics fphp asimdhp cpuid asimdrdm jscvt fcma \
+lrcpc dcpop sha3 sm3 sm4 asimddp sha512 sve asimdfhm dit uscat ilrcpc flagm ssbs paca pacg dcpodp \
+svei8mm svebf16 i8mm bf16 dgh rng
+CPU implementer\t: 0x41
+CPU architecture: 8
+CPU variant\t: 0x1
+CPU part\t: 0xd40
+CPU revision\t: 1
+"""
+
+#: What ``sysctl`` reports on an Apple M1 (macOS 14): FP16 and the dot product, no BF16 or I8MM.
+M1 = {
+    "machdep.cpu.brand_string": "Apple M1",
+    "hw.optional.AdvSIMD": "1",
+    "hw.optional.neon": "1",
+    "hw.optional.neon_fp16": "1",
+    "hw.optional.arm.FEAT_FP16": "1",
+    "hw.optional.arm.FEAT_DotProd": "1",
+    "hw.optional.arm.FEAT_BF16": "0",
+    "hw.optional.arm.FEAT_I8MM": "0",
+}
+#: An Apple M2 (ARMv8.6): BF16 and I8MM too.
+M2 = {
+    **M1,
+    "machdep.cpu.brand_string": "Apple M2",
+    "hw.optional.arm.FEAT_BF16": "1",
+    "hw.optional.arm.FEAT_I8MM": "1",
+}
+#: An Intel Mac: its x86 feature lists.
+INTEL_MAC = {
+    "machdep.cpu.brand_string": "Intel(R) Core(TM) i9-9880H CPU @ 2.30GHz",
+    "machdep.cpu.features": "FPU VME DE PSE SSE SSE2 AVX1.0 FMA",
+    "machdep.cpu.leaf7_features": "SMEP ERMS AVX2 BMI2 INVPCID",
+}
+
 #: A Raspberry Pi 4 running a 64-bit kernel: the board's name in ``Model`` at the end.
 ARM_BOARD = """\
 processor\t: 0
@@ -73,6 +112,10 @@ Model name:                      Neoverse-N1
 Model:                           1
 Flags:                           fp asimd evtstrm aes pmull
 """
+
+
+def no_sysctl() -> dict:
+    raise AssertionError("sysctl must not run where /proc/cpuinfo describes the CPU")
 
 
 def write(tmp_path, text: str):
@@ -168,19 +211,33 @@ def test_cpuinfo_fields_keep_the_first_cpus_values():
 
 
 def test_cpu_features_of_x86_machines(tmp_path):
-    assert env.cpu_features(write(tmp_path, X86)) == dict.fromkeys(env.CPU_FLAGS, True)
+    assert env.cpu_features(write(tmp_path, X86), sysctl=no_sysctl) == dict.fromkeys(env.X86_FLAGS, True)
     avx2 = env.cpu_features(write(tmp_path, X86_AVX2))
-    assert avx2 == {name: name == "avx2" for name in env.CPU_FLAGS}
+    assert avx2 == {name: name == "avx2" for name in env.X86_FLAGS}
+    assert env.architecture(avx2) == "x86"
 
 
 def test_cpu_features_read_the_flags_field_not_vmx_flags(tmp_path):
     text = "model name\t: X\nvmx flags\t: avx2 amx_tile\nflags\t\t: fpu avx512f\n"
-    assert env.cpu_features(write(tmp_path, text)) == {name: name == "avx512f" for name in env.CPU_FLAGS}
+    assert env.cpu_features(write(tmp_path, text)) == {name: name == "avx512f" for name in env.X86_FLAGS}
 
 
-def test_cpu_features_of_an_arm_machine_are_all_false(tmp_path):
-    assert env.cpu_features(write(tmp_path, ARM_SERVER)) == dict.fromkeys(env.CPU_FLAGS, False)
-    assert env.cpu_features(write(tmp_path, ARM_BOARD)) == dict.fromkeys(env.CPU_FLAGS, False)
+def test_cpu_features_of_arm_linux_machines_come_from_their_features_field(tmp_path):
+    graviton3 = env.cpu_features(write(tmp_path, GRAVITON3), sysctl=no_sysctl)
+    assert graviton3 == dict.fromkeys(env.ARM_FLAGS, True) and env.architecture(graviton3) == "arm"
+    graviton2 = env.cpu_features(write(tmp_path, ARM_SERVER))  # abridged: no asimddp listed
+    assert graviton2 == {name: name in ("asimd", "fp16") for name in env.ARM_FLAGS}
+    pi4 = env.features_from_cpuinfo(ARM_BOARD)  # Cortex-A72: NEON only
+    assert pi4 == {name: name == "asimd" for name in env.ARM_FLAGS}
+    # a 32-bit kernel calls NEON "neon"; "fphp" (scalar) alone is not FP16 vector arithmetic
+    assert env.features_from_cpuinfo("Features\t: half thumb neon fphp\n")["asimd"] is True
+    assert env.features_from_cpuinfo("Features\t: half thumb neon fphp\n")["fp16"] is False
+    assert not any(name in graviton3 for name in env.X86_FLAGS)
+
+
+def test_a_cpuinfo_of_another_architecture_has_no_features():
+    assert env.features_from_cpuinfo("processor\t: 0\ncpu\t\t: POWER9, altivec supported\n") == {}
+    assert env.architecture({}) == ""
 
 
 def test_cpu_features_without_proc_cpuinfo_are_empty(tmp_path):
@@ -194,11 +251,66 @@ def test_this_machine_reads_proc_cpuinfo_for_both():
         assert env.cpu_features() == {}
     else:
         assert text == Path(env.CPUINFO).read_text()
-        assert env.cpu_features() == env.cpu_features(env.CPUINFO) and set(env.cpu_features()) == set(
-            env.CPU_FLAGS
-        )
+        assert env.cpu_features() == env.cpu_features(env.CPUINFO)
+        assert set(env.cpu_features()) in (set(env.X86_FLAGS), set(env.ARM_FLAGS), set())
         if env.model_from_cpuinfo(text):
             assert env.cpu_model() == env.model_from_cpuinfo(text)
+
+
+# ----------------------------------------------------------------------------------------------
+# macOS: sysctl, the source where there is no /proc/cpuinfo
+# ----------------------------------------------------------------------------------------------
+
+
+def test_apple_silicon_is_read_from_sysctl(tmp_path):
+    missing = tmp_path / "no-such-file"
+    m1 = env.cpu_features(missing, sysctl=lambda: M1)
+    assert m1 == {name: name in ("asimd", "fp16", "dotprod") for name in env.ARM_FLAGS}
+    m2 = env.cpu_features(missing, sysctl=lambda: M2)
+    assert m2 == {name: name != "sve" for name in env.ARM_FLAGS}  # Apple silicon has no SVE
+    assert env.architecture(m2) == "arm"
+    assert env.cpu_model(missing, lscpu=no_lscpu, sysctl=lambda: M2) == "Apple M2"
+    assert env.cpu_source(missing, sysctl=lambda: M2) == ("sysctl", M2)
+
+
+def test_older_macos_names_and_an_intel_mac(tmp_path):
+    old = {"hw.optional.neon": "1", "hw.optional.neon_fp16": "1"}  # before the FEAT_ names
+    assert env.features_from_sysctl(old) == {name: name in ("asimd", "fp16") for name in env.ARM_FLAGS}
+    intel = env.cpu_features(tmp_path / "no-such-file", sysctl=lambda: INTEL_MAC)
+    assert intel == {name: name == "avx2" for name in env.X86_FLAGS}
+    assert env.features_from_sysctl({"machdep.cpu.brand_string": "?"}) == {}
+    assert env.features_from_sysctl({"hw.optional.arm.FEAT_FP16": "x"})["fp16"] is False
+
+
+def test_proc_cpuinfo_comes_first_and_without_either_nothing_is_known(tmp_path, monkeypatch):
+    assert env.cpu_source(write(tmp_path, X86), sysctl=no_sysctl) == ("cpuinfo", X86)
+    missing = tmp_path / "no-such-file"
+    assert env.cpu_source(missing, sysctl=dict) == ("none", None)  # Windows
+    assert env.cpu_features(missing, sysctl=dict) == {}
+    monkeypatch.setattr(platform, "processor", lambda: "Intel64 Family 6")
+    assert env.cpu_model(missing, lscpu=lambda: "", sysctl=dict) == "Intel64 Family 6"
+
+
+def test_sysctl_values_runs_sysctl_on_macos_only(monkeypatch, tmp_path):
+    fake = tmp_path / "sysctl"
+    fake.write_text(
+        '#!/bin/sh\necho "machdep.cpu.brand_string: Apple M2"\necho "hw.optional.arm.FEAT_FP16: 1"\n'
+        "echo \"sysctl: unknown oid 'hw.optional.arm.FEAT_SVE'\" >&2\nexit 1\n"
+    )
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.setattr(platform, "system", lambda: "Linux")
+    assert env.sysctl_values() == {}
+    monkeypatch.setattr(platform, "system", lambda: "Darwin")
+    assert env.sysctl_values() == {"machdep.cpu.brand_string": "Apple M2", "hw.optional.arm.FEAT_FP16": "1"}
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))  # no sysctl at all
+    assert env.sysctl_values() == {}
+
+
+def test_every_flag_has_a_label_and_a_source():
+    assert env.CPU_FLAGS == {**env.X86_FLAGS, **env.ARM_FLAGS}
+    assert set(env.ARM_CPUINFO_WORDS) == set(env.ARM_SYSCTL_NAMES) == set(env.ARM_FLAGS)
+    assert set(env.X86_SYSCTL_WORDS) == set(env.X86_FLAGS)
 
 
 # ----------------------------------------------------------------------------------------------

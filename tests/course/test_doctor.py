@@ -9,6 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from sdaccel.core import env
 from sdaccel.course import doctor, resources
 from sdaccel.course.run_notebooks import REPO
 
@@ -120,12 +121,45 @@ def test_cpu_features_x86_arm_and_macos():
     icelake = doctor.check_cpu("x86_64", {**{k: False for k in amx}, "avx2": True, "avx512_vnni": True}, True)
     assert "INT8 acceleration VNNI" in icelake.detail and "bf16 emulated" in icelake.detail
     assert doctor.check_cpu("x86_64", {"avx2": False}, True).status == "warn"
-    assert doctor.check_cpu("arm64", {}, True).status == "warn"  # Apple silicon: no /proc/cpuinfo
-    assert doctor.check_cpu("arm64", {}, False).status == "info"
-    mac = doctor.cpu_flags("Darwin", "FPU SSE AVX2 AVX512F AVX512VNNI\n")
-    assert mac["avx2"] and mac["avx512_vnni"] and not mac["amx_int8"]
-    assert doctor.cpu_flags("Darwin", "") == {}  # Apple silicon: sysctl has no x86 feature lists
-    assert doctor.cpu_flags("Windows") == {}
+    # an Intel Mac: its sysctl feature lists, read by sdaccel.core.env
+    intel_mac = env.features_from_sysctl({"machdep.cpu.leaf7_features": "AVX2 AVX512F AVX512VNNI"})
+    assert "INT8 acceleration VNNI" in doctor.check_cpu("x86_64", intel_mac, True).detail
+
+
+#: /proc/cpuinfo of an AWS Graviton 3 (Neoverse V1), abridged; sysctl values of Apple M1 and M2.
+GRAVITON3 = "processor\t: 0\nFeatures\t: fp asimd fphp asimdhp asimddp sve i8mm bf16\nCPU part\t: 0xd40\n"
+M1 = {
+    "machdep.cpu.brand_string": "Apple M1",
+    "hw.optional.AdvSIMD": "1",
+    "hw.optional.arm.FEAT_FP16": "1",
+    "hw.optional.arm.FEAT_DotProd": "1",
+    "hw.optional.arm.FEAT_BF16": "0",
+    "hw.optional.arm.FEAT_I8MM": "0",
+}
+M2 = {**M1, "hw.optional.arm.FEAT_BF16": "1", "hw.optional.arm.FEAT_I8MM": "1"}
+
+
+def test_arm_linux_and_apple_silicon_in_their_own_words(tmp_path):
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text(GRAVITON3)
+    graviton = doctor.check_cpu("aarch64", env.cpu_features(cpuinfo), True)
+    assert graviton.status == "ok" and graviton.data["tier"] == "ARM FP16 + I8MM + BF16"
+    assert graviton.detail.startswith(
+        "aarch64, ARM FP16 + I8MM + BF16: OpenVINO runs f16 by default; its INT8"
+    )
+    assert "INT8 is not expected to beat f16" in graviton.detail
+    assert "BF16 is not used: OpenVINO runs bf16 on x86 only" in graviton.detail
+    assert "AVX" not in graviton.detail and "VNNI" not in graviton.detail and "AMX" not in graviton.detail
+    m1 = doctor.check_cpu("arm64", env.cpu_features(tmp_path / "none", sysctl=lambda: M1), True)
+    assert m1.status == "ok" and m1.detail.startswith("arm64, ARM FP16 + dot product: OpenVINO runs f16")
+    assert "BF16" not in m1.detail
+    m2 = doctor.check_cpu("arm64", env.cpu_features(tmp_path / "none", sysctl=lambda: M2), True)
+    assert m2.data["tier"] == "ARM FP16 + I8MM + BF16"
+    pi4 = doctor.check_cpu("aarch64", env.features_from_cpuinfo("Features\t: fp asimd crc32\n"), True)
+    assert pi4.status == "warn" and "OpenVINO runs f32 (no FP16 arithmetic)" in pi4.detail
+    assert "f32" in pi4.fix and doctor.check_cpu("aarch64", pi4.data["flags"], False).status == "info"
+    unread = doctor.check_cpu("arm64", {}, True)  # an ARM CPU whose features could not be read
+    assert unread.status == "info" and "f16 where the CPU has FP16 arithmetic" in unread.detail
 
 
 def test_hub_offline_unreachable_and_reachable():

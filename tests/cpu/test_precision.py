@@ -164,6 +164,55 @@ def test_injected_timer_decides(folder):
 
 
 # ----------------------------------------------------------------------------------------------
+# What the plugin offers: an ARM CPU with FP16, faked
+# ----------------------------------------------------------------------------------------------
+
+#: OPTIMIZATION_CAPABILITIES of the CPU plugin on an ARM CPU with FP16 arithmetic (Apple M2,
+#: Graviton 3), and on x86 CPUs with and without bf16.
+ARM_FP16 = ["FP32", "FP16", "INT8", "BIN", "EXPORT_IMPORT"]
+X86_BF16 = ["BF16", "WINOGRAD", "FP32", "INT8", "BIN", "EXPORT_IMPORT"]
+X86_AVX2 = ["WINOGRAD", "FP32", "INT8", "BIN", "EXPORT_IMPORT"]
+
+
+class FakeCore:
+    """An ``ov.Core`` whose plugin reports the given capabilities."""
+
+    def __init__(self, capabilities):
+        self.capabilities = capabilities
+
+    def get_property(self, device, name):
+        assert (device, name) == ("CPU", "OPTIMIZATION_CAPABILITIES")
+        return list(self.capabilities)
+
+
+def test_the_candidates_are_what_the_plugin_lists_f16_included():
+    assert prec.offered_precisions(FakeCore(ARM_FP16)) == ("f32", "f16")
+    assert prec.offered_precisions(FakeCore(X86_BF16)) == ("f32", "bf16")
+    assert prec.offered_precisions(FakeCore(X86_AVX2)) == ("f32",)
+    assert prec.precisions_for(["FP32", "BF16", "FP16"]) == ("f32", "bf16", "f16")
+    assert prec.device_capabilities(FakeCore(ARM_FP16)) == tuple(ARM_FP16)
+    assert [prec.default_precision(c) for c in (ARM_FP16, X86_BF16, X86_AVX2)] == ["f16", "bf16", "f32"]
+    real = prec.device_capabilities(ov.Core())
+    assert "FP32" in real and prec.offered_precisions(ov.Core()) == prec.precisions_for(real)
+
+
+def test_on_a_faked_arm_cpu_the_chooser_times_f16(folder, monkeypatch):
+    """With the plugin faked to list FP16 (an ARM CPU), f16 is a candidate and timed beside f32; on
+    a CPU whose real plugin does not run f16 it is recorded as not honoured (it runs in the plugin's
+    default there: bf16 or f32) and f32 is chosen."""
+    monkeypatch.setattr(prec, "device_capabilities", lambda core, device="CPU": tuple(ARM_FP16))
+    choice = choose_precision(folder, iters=1, warmup=0, cache=False)
+    assert choice.offered == ["f32", "f16"] and choice.key["candidates"] == ["f32", "f16"]
+    for name, entry in choice.components.items():
+        assert list(entry.measurements) == ["f32", "f16"], name
+        f16 = entry.measurements["f16"]
+        if not _has("FP16"):
+            assert not f16.honoured and f16.reported in ("f32", "bf16") and entry.chosen == "f32"
+            expected = f"f16 runs as {f16.reported} on this CPU (the plugin offers no FP16)"
+            assert expected in choice.summary(name)
+
+
+# ----------------------------------------------------------------------------------------------
 # The cache
 # ----------------------------------------------------------------------------------------------
 

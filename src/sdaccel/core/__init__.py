@@ -63,6 +63,8 @@ at a limit.
 
 - :func:`package_versions`, :data:`PACKAGES`
 - :func:`cpu_model`, :func:`cpu_features`, :data:`CPU_FLAGS`
+- :func:`cpu_source`, :func:`features_from_cpuinfo`, :func:`features_from_sysctl`,
+  :func:`architecture`, :data:`X86_FLAGS`, :data:`ARM_FLAGS` (the one reading, x86, ARM and macOS)
 
 ## Measuring and reporting
 
@@ -116,7 +118,19 @@ from sdaccel.core.contract import (
     unscale_latents,
     vae_scale_factor,
 )
-from sdaccel.core.env import CPU_FLAGS, PACKAGES, cpu_features, cpu_model, package_versions
+from sdaccel.core.env import (
+    ARM_FLAGS,
+    CPU_FLAGS,
+    PACKAGES,
+    X86_FLAGS,
+    architecture,
+    cpu_features,
+    cpu_model,
+    cpu_source,
+    features_from_cpuinfo,
+    features_from_sysctl,
+    package_versions,
+)
 from sdaccel.core.faults import FAULT_ENV, FAULT_KINDS, fault_point, parse_fault
 from sdaccel.core.lora_files import (
     LoraAdapter,
@@ -223,6 +237,12 @@ __all__ = [
     "cpu_model",
     "cpu_features",
     "CPU_FLAGS",
+    "cpu_source",
+    "features_from_cpuinfo",
+    "features_from_sysctl",
+    "architecture",
+    "X86_FLAGS",
+    "ARM_FLAGS",
     # Measuring and reporting
     "time_calls",
     "Timing",

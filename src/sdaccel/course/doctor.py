@@ -30,6 +30,7 @@ from sdaccel.core import env
 from sdaccel.core.checkpoint import allow_patterns
 from sdaccel.core.staging import free_bytes
 from sdaccel.course import resources
+from sdaccel.cpu import families
 
 REPO = Path(__file__).resolve().parents[3]
 GIB = 2**30
@@ -280,65 +281,29 @@ def check_disk(free_bytes: int, need_gib: float, path: Path, profile: str) -> Ch
     return ok("disk", detail, free_gib=round(have, 1), need_gib=need_gib)
 
 
-#: macOS sysctl names for the flags of :data:`sdaccel.core.env.CPU_FLAGS` (Intel Macs list them in
-#: machdep.cpu.*features; Apple silicon has none of these x86 sets).
-_SYSCTL_FLAGS = {
-    "avx2": "AVX2",
-    "avx512f": "AVX512F",
-    "avx512_vnni": "AVX512VNNI",
-    "avx512_bf16": "AVX512BF16",
-    "amx_tile": "AMXTILE",
-    "amx_int8": "AMXINT8",
-    "amx_bf16": "AMXBF16",
-}
-
-
-def cpu_flags(system: str, sysctl_text: str | None = None) -> dict[str, bool]:
-    """Which of the instruction sets in ``env.CPU_FLAGS`` this CPU has.
-
-    Linux reads /proc/cpuinfo (:func:`sdaccel.core.env.cpu_features`); macOS reads the feature lists of
-    ``sysctl machdep.cpu``; elsewhere (and on Apple silicon, which has none of them) it is empty."""
-    if system == "Linux":
-        return env.cpu_features()
-    if system == "Darwin":
-        if sysctl_text is None:
-            try:
-                sysctl_text = subprocess.run(
-                    ["sysctl", "-n", "machdep.cpu.features", "machdep.cpu.leaf7_features"],
-                    capture_output=True,
-                    text=True,
-                    timeout=5,
-                ).stdout
-            except (OSError, subprocess.SubprocessError):
-                sysctl_text = ""
-        words = set(sysctl_text.upper().replace(".", "_").split())
-        return {name: word in words for name, word in _SYSCTL_FLAGS.items()} if words else {}
-    return {}
-
-
 def check_cpu(machine: str, flags: dict[str, bool], cpu_notebooks: bool) -> Check:
-    """CPU instruction sets for OpenVINO's fast bf16 / INT8 kernels (notebooks 04-06)."""
-    arch = machine.lower()
-    have = [env.CPU_FLAGS[k] for k, v in flags.items() if v]
-    if arch in ("arm64", "aarch64"):
-        return Check(
-            "cpu",
-            "warn" if cpu_notebooks else "info",
-            f"{machine} CPU: OpenVINO runs, but the INT8/bf16 speed-ups of notebooks 05-06 are measured on x86 "
-            "(VNNI, AMX)",
-            "Expect other speed-ups than the notebooks' text; the smoke profile is unaffected.",
-            {"arch": machine, "flags": flags},
-        )
+    """What OpenVINO's CPU plugin does with this CPU (notebooks 04-06): ``flags`` are
+    :func:`sdaccel.core.env.cpu_features` (x86 instruction sets, or ARM features on Linux ARM and
+    Apple silicon), ``machine`` is ``platform.machine()``."""
+    arch = env.architecture(flags)
+    if arch == "arm" or (arch == "" and machine.lower() in ("arm64", "aarch64")):
+        return check_arm_cpu(machine, flags, cpu_notebooks)
     if not flags:
         return Check(
             "cpu", "info", f"{machine} CPU; its instruction sets could not be read", data={"arch": machine}
         )
+    return check_x86_cpu(machine, flags, cpu_notebooks)
+
+
+def check_x86_cpu(machine: str, flags: dict[str, bool], cpu_notebooks: bool) -> Check:
+    """An x86 CPU: which of VNNI / AMX speed up INT8, which of AVX-512 BF16 / AMX run bf16."""
+    have = [env.CPU_FLAGS[k] for k, v in flags.items() if v]
     if not flags.get("avx2"):
         return Check(
             "cpu",
             "warn" if cpu_notebooks else "info",
             f"{machine} CPU without AVX2: OpenVINO falls back to slow kernels",
-            "Use a newer x86 machine for notebooks 04-06.",
+            "Use a machine with AVX2 or later (or an ARM CPU with FP16 arithmetic) for notebooks 04-06.",
             {"arch": machine, "flags": flags},
         )
     int8 = (
@@ -351,6 +316,34 @@ def check_cpu(machine: str, flags: dict[str, bool], cpu_notebooks: bool) -> Chec
     bf16 = "AMX" if flags.get("amx_bf16") else "AVX-512 BF16" if flags.get("avx512_bf16") else "emulated"
     return ok(
         "cpu", f"{machine}: INT8 acceleration {int8}; bf16 {bf16}", arch=machine, flags=flags, have=have
+    )
+
+
+def check_arm_cpu(machine: str, flags: dict[str, bool], cpu_notebooks: bool) -> Check:
+    """An ARM CPU (Linux ARM, Apple silicon): f16 where it has FP16 arithmetic, and OpenVINO's
+    narrower INT8 support on ARM (:mod:`sdaccel.cpu.families`)."""
+    data = {"arch": machine, "flags": flags}
+    if not flags:
+        return Check(
+            "cpu",
+            "info",
+            f"{machine} CPU; its features could not be read. On ARM, OpenVINO runs f16 where the CPU has "
+            "FP16 arithmetic, and INT8 is not expected to beat it",
+            data=data,
+        )
+    tier = families.isa_tier(flags)
+    detail = f"{machine}, {tier}: {families.tier_note(tier)}"
+    if flags.get("bf16"):
+        detail += " The CPU's BF16 is not used: OpenVINO runs bf16 on x86 only."
+    data["tier"] = tier
+    if flags.get("fp16"):
+        return ok("cpu", detail, **data)
+    return Check(
+        "cpu",
+        "warn" if cpu_notebooks else "info",
+        detail,
+        "Expect longer runs than the notebooks' text: without FP16 arithmetic OpenVINO runs f32 here.",
+        data,
     )
 
 
@@ -579,7 +572,7 @@ def run_checks(
         cache_info = None
     cached, unfinished = read_cache(models, cache_info)
     available = psutil.virtual_memory().available
-    checks.append(check_cpu(platform.machine(), cpu_flags(platform.system()), cpu_nbs))
+    checks.append(check_cpu(platform.machine(), env.cpu_features(), cpu_nbs))
     checks.append(check_memory(available, resources.totals(chosen, profile).ram_gib, profile))
     to_download = download_gib(models, cached) if profile == "full" else 0.0
     checks.append(

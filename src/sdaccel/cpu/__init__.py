@@ -20,7 +20,8 @@ PyTorch). Import the module you need, e.g. ``from sdaccel.cpu.export import expo
 
 ## Precision
 - :mod:`precision`: ``choose_precision``, ``PrecisionChoice``, ``offered_precisions``,
-  ``precision_name``, ``CANDIDATES``
+  ``precision_name``, ``CANDIDATES``, ``device_capabilities``, ``precisions_for``,
+  ``default_precision``
 
 ## INT8
 - :mod:`quantize`: ``quantize_ir``, ``quantize_in_parts``, ``quantize_variant``, ``quantize_full``,
@@ -46,7 +47,9 @@ PyTorch). Import the module you need, e.g. ``from sdaccel.cpu.export import expo
   ``time_lever``, ``time_tome``, ``run_child``, ``summarize_run``, ``machine_info``,
   ``add_speedups``, ``add_whole_image``, ``results_table`` (what ``benchmarks/bench_openvino.py``
   runs)
-- :mod:`families`: ``reference``, ``family_of``, ``reference_table``, ``markdown``
+- :mod:`families`: ``reference``, ``family_of``, ``reference_table``, ``markdown``, ``isa_tier``,
+  ``arm_tier``, ``tier_note``, ``tier_info``, ``Tier``, ``TIERS``, ``recipe_outlook``, ``Outlook``,
+  ``RECIPES``, ``VERDICTS``
 """
 
 __all__ = [

@@ -1,8 +1,9 @@
 """Choose the float precision of each exported model by timing it on this CPU.
 
 OpenVINO's CPU plugin runs the floating-point layers of a model in the precision of its
-``INFERENCE_PRECISION_HINT``. Its default is bf16 wherever the CPU has bf16 instructions, but
-whether bf16 is *faster* depends on the CPU: with AMX tiles it is much faster than f32, with only
+``INFERENCE_PRECISION_HINT``. Its default is bf16 wherever an x86 CPU has bf16 instructions and
+f16 wherever an ARM CPU has FP16 arithmetic (:func:`default_precision`), but whether bf16 is
+*faster* depends on the CPU: with AMX tiles it is much faster than f32, with only
 AVX-512 BF16 it can be slower (measured: the SD 1.5 UNet 1.5x slower in bf16 than in f32 on a Xeon
 without AMX), and a CPU without bf16 instructions runs f32 whatever is asked. So rather than trust
 a rule, :func:`choose_precision` measures:
@@ -82,11 +83,30 @@ def precision_name(value) -> str:
     return {"float32": "f32", "bfloat16": "bf16", "float16": "f16"}.get(name, name)
 
 
-def offered_precisions(core, device: str = "CPU") -> tuple[str, ...]:
-    """The candidates ``device`` can run: f32, and bf16 / f16 where its
-    ``OPTIMIZATION_CAPABILITIES`` list ``BF16`` / ``FP16``."""
-    capabilities = set(core.get_property(device, "OPTIMIZATION_CAPABILITIES"))
+def device_capabilities(core, device: str = "CPU") -> tuple[str, ...]:
+    """What ``device``'s plugin lists in its ``OPTIMIZATION_CAPABILITIES`` (``"FP32"``, ``"FP16"``
+    on an ARM CPU with FP16 arithmetic, ``"BF16"`` on an x86 CPU with bf16, ``"INT8"``, ...)."""
+    return tuple(core.get_property(device, "OPTIMIZATION_CAPABILITIES"))
+
+
+def precisions_for(capabilities: Iterable[str]) -> tuple[str, ...]:
+    """The candidates a device with these ``OPTIMIZATION_CAPABILITIES`` can run: f32, and bf16 /
+    f16 where they list ``BF16`` / ``FP16``."""
+    capabilities = set(capabilities)
     return tuple(p for p in CANDIDATES if p == "f32" or CAPABILITY[p] in capabilities)
+
+
+def default_precision(capabilities: Iterable[str]) -> str:
+    """The float precision the CPU plugin runs when none is asked for: bf16 where it lists ``BF16``
+    (x86), else f16 where it lists ``FP16`` (ARM), else f32."""
+    capabilities = set(capabilities)
+    return "bf16" if "BF16" in capabilities else "f16" if "FP16" in capabilities else "f32"
+
+
+def offered_precisions(core, device: str = "CPU") -> tuple[str, ...]:
+    """The candidates ``device`` can run: :func:`precisions_for` of its
+    :func:`device_capabilities`."""
+    return precisions_for(device_capabilities(core, device))
 
 
 def pipeline_components(folder: str | os.PathLike) -> tuple[str, ...]:
