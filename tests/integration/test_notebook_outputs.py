@@ -284,6 +284,60 @@ def test_smoke_settings_override_existing_parameters(nb):
         )
 
 
+#: The library calls each JAX lesson exists to teach, standing in its lesson cells (not only in an
+#: exercise's solution, which the attendee copy strips), per notebook (#30).
+LESSON_CALLS = {
+    "01_sdxl_in_jax": [
+        "inspect.getsource(denoising_loop)",  # the fori_loop, guidance and scheduler step that run
+        "inspect.getsource(classifier_free_guidance)",
+        "pipe.scheduler.scale_model_input(",
+    ],
+    "02_sharding_across_cores": [
+        "re.search(r.pattern, name)",  # one rule placing one weight
+        "jax.device_put(weight, NamedSharding(",
+        "jax.typeof(placed)",
+        "jax.jit(\n    pipe.pipeline.denoise_and_decode,\n    in_shardings=",
+        "out_shardings=data",
+    ],
+    "03_tpu_performance": [
+        "inspect.getsource(compilation.enable_compilation_cache)",  # the three jax.config settings
+        "pipe.cache.jitted.lower(*args)",
+        "lowered.compile()",
+        "executable.cost_analysis()",
+        "executable.memory_analysis()",
+    ],
+    "04_openvino_export_and_run": [  # tests/cpu/test_lesson_cells.py: these make what the helpers make
+        "ov.convert_model(decoder, example_input=example_input)",
+        "ov.save_model(ov_decoder, by_hand_xml, compress_to_fp16=True)",
+        'f32_config = {"INFERENCE_PRECISION_HINT": "f32"}',
+        'core.compile_model(unet_model, "CPU", f32_config)',
+        'compiled_f32.get_property("INFERENCE_PRECISION_HINT")',
+    ],
+    "05_int8_quantization": [
+        "nncf.Dataset(calibration)",
+        "nncf.IgnoredScope(patterns=list(quantize.SENSITIVE_LAYER_PATTERNS), validate=False)",
+        "nncf.compress_weights(",
+        "nncf.quantize(",
+        "model_type=nncf.ModelType.TRANSFORMER,",
+        "ignored_scope=keep_in_float,",
+        "advanced_parameters=AdvancedQuantizationParameters(",
+        "smooth_quant_alphas=AdvancedSmoothQuantParameters(",
+        "disable_bias_correction=not BIAS_CORRECTION,",
+    ],
+}
+
+
+@pytest.mark.parametrize("name", sorted(LESSON_CALLS))
+def test_the_lesson_calls_stand_in_lesson_cells(name):
+    cells = json.loads((REPO / "notebooks" / f"{name}.ipynb").read_text())["cells"]
+    lessons = "\n".join(
+        "".join(c["source"])
+        for c in cells
+        if c["cell_type"] == "code" and not {"solution", "check"} & set(c["metadata"].get("tags", []))
+    )
+    assert [call for call in LESSON_CALLS[name] if call not in lessons] == []
+
+
 # ----------------------------------------------------------------------------------------------
 # Platforms: one repository address, lean Colab requirements
 # ----------------------------------------------------------------------------------------------

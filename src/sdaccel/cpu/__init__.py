@@ -26,7 +26,9 @@ PyTorch). Import the module you need, e.g. ``from sdaccel.cpu.export import expo
 ## INT8
 - :mod:`quantize`: ``quantize_ir``, ``quantize_in_parts``, ``quantize_variant``, ``quantize_full``,
   ``quantize_hybrid``, ``compress_weights_int8``, ``collect_unet_inputs``, ``CalibrationSet``,
-  ``read_prompts``, ``time_unet``, ``ir_size_bytes``, ``SENSITIVE_LAYER_PATTERNS``
+  ``read_prompts``, ``time_unet``, ``ir_size_bytes``, ``SENSITIVE_LAYER_PATTERNS``,
+  ``matching_layers``, ``ignored_layers``, ``weighted_matmul_and_gather_names``, ``describe_ir``,
+  ``default_budget_gb``, ``estimate_peak_gb``, ``no_progress_bars``
 - :mod:`ir_parts`: ``plan_parts``, ``PartPlan``, ``cut``, ``stitch``
 - :mod:`quantize_vae`: ``quantize_vae_decoder``, ``decoder_inputs``, ``decode``
 - :mod:`sensitivity`: ``quantize_for_ranking``, ``rank_groups``, ``only_group``,

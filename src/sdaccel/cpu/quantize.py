@@ -167,6 +167,51 @@ def matching_layers(
     ]
 
 
+@contextlib.contextmanager
+def no_progress_bars() -> Iterator[None]:
+    """NNCF's progress bars hidden while the block runs, in this process (a notebook's kernel
+    shows each pass of ``nncf.quantize`` as a bar of its own). NNCF draws them with rich's global
+    console, which writes to ``os.devnull`` here and is put back as it was after."""
+    import rich
+
+    console = rich.get_console()
+    saved = dict(console.__dict__)
+    with open(os.devnull, "w") as devnull:
+        rich.reconfigure(file=devnull, force_jupyter=False)
+        try:
+            yield
+        finally:
+            console.__dict__ = saved
+
+
+def ignored_layers(model, ignored_scope, types: Sequence[str] = ("Convolution", "MatMul")) -> list[str]:
+    """Names of the ``types`` operations of ``model`` that ``ignored_scope`` (an
+    ``nncf.IgnoredScope``) keeps in floating point, as NNCF itself resolves the scope
+    (names, patterns, types and subgraphs) on the model's graph: what ``nncf.quantize`` will leave
+    alone, read without quantizing. A rule that matches nothing is an error when the scope's
+    ``validate`` is true (NNCF's default), as in ``nncf.quantize``."""
+    import nncf
+    from nncf.common.logging.logger import nncf_logger
+    from nncf.openvino.graph.nncf_graph_builder import GraphConverter
+    from nncf.scopes import get_ignored_node_names_from_ignored_scope
+
+    if not isinstance(ignored_scope, nncf.IgnoredScope):
+        raise TypeError(f"expected an nncf.IgnoredScope, got {type(ignored_scope).__name__}")
+    model = read_model(model)
+    graph = GraphConverter.create_nncf_graph(model)
+    level = nncf_logger.level
+    nncf_logger.setLevel(logging.WARNING)  # NNCF logs each matched rule at INFO
+    try:
+        names = get_ignored_node_names_from_ignored_scope(ignored_scope, graph, strict=ignored_scope.validate)
+    finally:
+        nncf_logger.setLevel(level)
+    return [
+        op.get_friendly_name()
+        for op in model.get_ops()
+        if op.get_type_name() in types and op.get_friendly_name() in names
+    ]
+
+
 def _ignored(ignored):
     """``None`` -> the sensitive layers; ``()``/``[]`` -> nothing; patterns -> a scope of them;
     an ``nncf.IgnoredScope`` as is."""

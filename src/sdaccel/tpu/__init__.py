@@ -11,6 +11,9 @@ imported here, so that running one does not import it twice: import them as modu
 - :class:`JaxPipeline`: prompt to images on one device (``from_pretrained``, ``generate``).
 - :class:`ShardedPipeline`: the same program on a mesh of devices, batch over ``"data"``.
 - :func:`initial_noise`: each image's starting noise, from its global index alone.
+- :func:`denoising_loop`: the sampling loop, one ``jax.lax.fori_loop`` (scale the input, the UNet on
+  the guidance batch, :func:`classifier_free_guidance`, the scheduler's step), as
+  ``JaxPipeline.denoise_and_decode`` runs it.
 - :func:`describe_unet`: the UNet's blocks and layers, from its config alone.
 
 ## Models and weights
@@ -61,7 +64,13 @@ from sdaccel.tpu.aot import AOTCache, Compiled, aot_compile, xla_flops
 from sdaccel.tpu.lora import fuse_lora, fused_adapters, unfuse_lora
 from sdaccel.tpu.models.clip import load_text_encoder
 from sdaccel.tpu.models.weights import abstract_model, count_params, load_weights
-from sdaccel.tpu.pipeline import JaxPipeline, describe_unet, initial_noise
+from sdaccel.tpu.pipeline import (
+    JaxPipeline,
+    classifier_free_guidance,
+    denoising_loop,
+    describe_unet,
+    initial_noise,
+)
 from sdaccel.tpu.sharded_pipeline import ShardedPipeline
 from sdaccel.tpu.sharding import (
     RULES,
@@ -84,6 +93,8 @@ __all__ = [
     "JaxPipeline",
     "ShardedPipeline",
     "initial_noise",
+    "denoising_loop",
+    "classifier_free_guidance",
     "describe_unet",
     # Models and weights
     "load_text_encoder",

@@ -1,7 +1,8 @@
 """Text-to-image with SDXL and SD 1.x / 2.x in JAX: the whole sampling loop is one compiled program.
 
 diffusers' pipelines drive the UNet from Python, one step at a time. Here everything from the
-initial noise to the decoded image is one ``jax.jit`` function, :meth:`JaxPipeline.denoise_and_decode`::
+initial noise to the decoded image is one ``jax.jit`` function, :meth:`JaxPipeline.denoise_and_decode`,
+whose sampling loop is :func:`denoising_loop` (guidance: :func:`classifier_free_guidance`)::
 
     latents * init_noise_sigma
     fori_loop over the n steps:                      # one XLA while loop, compiled once
@@ -123,6 +124,55 @@ def step_noise(keys: jax.Array, step: int | jax.Array, shape: tuple[int, ...]) -
     return jax.vmap(
         lambda k: jax.random.normal(jax.random.fold_in(jax.random.wrap_key_data(k), step), shape, jnp.float32)
     )(keys)
+
+
+def classifier_free_guidance(noise_pred: jax.Array, guidance_scale: float | jax.Array) -> jax.Array:
+    """The guided noise prediction (B, ...) from the UNet's (B, G, ...): with G == 2 (index 0 the
+    negative prompt, 1 the prompt) ``uncond + guidance_scale * (text - uncond)``, diffusers'
+    formula; with G == 1 (no guidance) the prediction itself."""
+    if noise_pred.shape[1] == 1:
+        return noise_pred[:, 0]
+    noise_pred_uncond, noise_pred_text = noise_pred[:, 0], noise_pred[:, 1]
+    return noise_pred_uncond + guidance_scale * (noise_pred_text - noise_pred_uncond)
+
+
+def denoising_loop(
+    unet: Callable[[jax.Array, jax.Array], jax.Array],
+    scheduler: schedulers.Scheduler,
+    state,
+    latents: jax.Array,
+    guidance_scale: float | jax.Array,
+    groups: int = 2,
+    noise_keys: jax.Array | None = None,
+) -> jax.Array:
+    """Noise -> denoised latents: every step in one ``jax.lax.fori_loop`` (call it inside ``jax.jit``).
+
+    unet: ``(x, t) -> noise prediction`` on the guidance batch (B * G, h, w, C), its text
+    conditioning bound (:meth:`JaxPipeline.denoise_and_decode` passes it). state: the scheduler's
+    ``set_timesteps(steps)``. latents: (B, h, w, C) standard-normal noise. groups: G, 2 with
+    classifier-free guidance. noise_keys: each image's key (:func:`image_keys`), for a
+    stochastic scheduler's per-step noise.
+    """
+    batch = latents.shape[0]
+
+    def step(i, latents):
+        with jax.named_scope("scale_model_input"):
+            x = scheduler.scale_model_input(state, latents, i)
+            x = jnp.broadcast_to(x[:, None], (batch, groups, *x.shape[1:]))  # each image once per group
+            x = x.reshape(batch * groups, *x.shape[2:])
+        with jax.named_scope("unet"):
+            noise_pred = unet(x, state.timesteps[i])
+        with jax.named_scope("guidance"):
+            noise_pred = noise_pred.reshape(batch, groups, *noise_pred.shape[1:]).astype(jnp.float32)
+            noise_pred = classifier_free_guidance(noise_pred, guidance_scale)
+        with jax.named_scope("scheduler_step"):
+            if scheduler.stochastic:  # Euler ancestral, LCM: fresh noise keyed by (image, step)
+                noise = step_noise(noise_keys, i, latents.shape[1:])
+                return scheduler.step(state, noise_pred, i, latents, noise=noise)
+            return scheduler.step(state, noise_pred, i, latents)
+
+    latents = latents.astype(jnp.float32) * state.init_noise_sigma
+    return jax.lax.fori_loop(0, state.timesteps.shape[0], step, latents)
 
 
 def _check_dtype(dtype):
@@ -367,8 +417,7 @@ class JaxPipeline:
 
         context, text_embeds, time_ids = fold(cond.prompt_embeds), fold(cond.text_embeds), fold(cond.time_ids)
         # 2. Check what the scheduler and the UNet need
-        stochastic = self.scheduler.stochastic
-        if stochastic and cond.noise_keys is None:
+        if self.scheduler.stochastic and cond.noise_keys is None:
             raise ValueError(
                 f"{type(self.scheduler).__name__} adds noise at every step: set cond.noise_keys to "
                 "image_keys(seed, image indices) (generate() does)."
@@ -383,28 +432,13 @@ class JaxPipeline:
             w = jnp.reshape(jnp.asarray(guidance_scale, jnp.float32) - 1, (1,))
             timestep_cond = guidance_scale_embedding(w, self.unet_config.time_cond_proj_dim)
 
-        # 3. One denoising step: the UNet on both guidance groups, guidance, the scheduler's step
-        def denoise_step(i, latents):
-            with jax.named_scope("scale_model_input"):
-                x = self.scheduler.scale_model_input(state, latents, i)
-                x = fold(jnp.broadcast_to(x[:, None], (batch, groups, *x.shape[1:])))
-            with jax.named_scope("unet"):
-                out = unet(x, state.timesteps[i], context, text_embeds, time_ids, timestep_cond)
-            out = out.reshape(batch, groups, *out.shape[1:]).astype(jnp.float32)
-            with jax.named_scope("guidance"):
-                if groups == 2:
-                    eps = out[:, 0] + guidance_scale * (out[:, 1] - out[:, 0])
-                else:
-                    eps = out[:, 0]
-            with jax.named_scope("scheduler_step"):
-                if stochastic:
-                    noise = step_noise(cond.noise_keys, i, latents.shape[1:])
-                    return self.scheduler.step(state, eps, i, latents, noise=noise)
-                return self.scheduler.step(state, eps, i, latents)
+        # 3. The UNet on the guidance batch (B * G), its conditioning bound; then the loop and the decode
+        def unet_on_guidance_batch(x, t):
+            return unet(x, t, context, text_embeds, time_ids, timestep_cond)
 
-        # 4. The denoising loop, then the decode
-        latents = latents.astype(jnp.float32) * state.init_noise_sigma
-        latents = jax.lax.fori_loop(0, state.timesteps.shape[0], denoise_step, latents)
+        latents = denoising_loop(
+            unet_on_guidance_batch, self.scheduler, state, latents, guidance_scale, groups, cond.noise_keys
+        )
         with jax.named_scope("vae_decode"):
             images = vae.decode(self.unscale_latents(latents))
         return jnp.clip(images.astype(jnp.float32) / 2 + 0.5, 0.0, 1.0)

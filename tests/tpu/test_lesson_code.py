@@ -1,0 +1,212 @@
+"""The library code that notebooks 01-03 show in their cells is the code the pipelines run:
+
+- 01 prints :func:`sdaccel.tpu.pipeline.denoising_loop` and :func:`classifier_free_guidance` with
+  ``inspect.getsource``; here they compute what diffusers' formulas say, step by step;
+- 02 writes ``jax.jit(denoise_and_decode, in_shardings=..., out_shardings=...)`` by hand; here it
+  compiles to the placements of the program that ``ShardedPipeline`` runs;
+- 03 calls ``lower(...).compile().cost_analysis()`` on that program; here its FLOPs are the ones
+  ``ShardedPipeline.flops`` reports as counted.
+"""
+
+from __future__ import annotations
+
+import inspect
+from pathlib import Path
+from types import SimpleNamespace
+
+import jax
+import jax.numpy as jnp
+import nbformat
+import numpy as np
+import pytest
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from sdaccel.course import exercises as ex
+from sdaccel.tpu import schedulers
+from sdaccel.tpu import sharding as sh
+from sdaccel.tpu.pipeline import JaxPipeline, classifier_free_guidance, denoising_loop
+from sdaccel.tpu.sharded_pipeline import ShardedPipeline
+
+EULER = {
+    "_class_name": "EulerDiscreteScheduler",
+    "beta_schedule": "scaled_linear",
+    "beta_start": 0.00085,
+    "beta_end": 0.012,
+    "timestep_spacing": "leading",
+    "steps_offset": 1,
+}
+
+
+def test_classifier_free_guidance_is_diffusers_formula():
+    rng = np.random.default_rng(0)
+    pred = jnp.asarray(rng.standard_normal((3, 2, 4, 4, 4)), jnp.float32)
+    uncond, text = pred[:, 0], pred[:, 1]
+    np.testing.assert_allclose(classifier_free_guidance(pred, 7.5), uncond + 7.5 * (text - uncond), rtol=1e-6)
+    np.testing.assert_array_equal(classifier_free_guidance(pred[:, 1:], 7.5), text)  # G = 1: no guidance
+
+
+def test_denoising_loop_is_the_python_loop_of_its_steps():
+    """A stand-in UNet (a fixed function of x and t, per guidance row): the compiled fori_loop gives
+    what scale_model_input -> UNet -> guidance -> scheduler.step gives one step at a time."""
+    scheduler = schedulers.from_config(EULER)
+    state = scheduler.set_timesteps(5)
+    noise = jax.random.normal(jax.random.key(0), (2, 4, 4, 4), jnp.float32)
+    bias = jnp.asarray([-0.3, 0.5])  # guidance row 0 (negative) and 1 (prompt) predict differently
+
+    def unet(x, t):  # (B * G, h, w, C)
+        rows = jnp.tile(bias, x.shape[0] // 2)[:, None, None, None]
+        return jnp.sin(x) * 0.1 + rows + t / 1000.0
+
+    got = jax.jit(lambda n: denoising_loop(unet, scheduler, state, n, 6.0, 2))(noise)
+
+    latents = noise * state.init_noise_sigma
+    for i in range(5):
+        x = scheduler.scale_model_input(state, latents, i)
+        pred = unet(jnp.repeat(x, 2, axis=0), state.timesteps[i]).reshape(2, 2, 4, 4, 4)
+        latents = scheduler.step(state, pred[:, 0] + 6.0 * (pred[:, 1] - pred[:, 0]), i, latents)
+    np.testing.assert_allclose(np.asarray(got), np.asarray(latents), rtol=1e-5, atol=1e-6)
+
+
+def test_the_pipeline_runs_the_loop_the_notebook_prints():
+    assert "denoising_loop(" in inspect.getsource(JaxPipeline.denoise_and_decode)
+    source = inspect.getsource(denoising_loop)
+    assert "jax.lax.fori_loop" in source and "classifier_free_guidance(" in source
+    assert "scheduler.step(" in source and len(source.splitlines()) < 45, "short enough to read"
+
+
+@pytest.mark.skipif(jax.device_count() < 4, reason=f"needs 4 devices, JAX started with {jax.device_count()}")
+def test_jit_by_hand_is_the_sharded_program_and_its_flops(tiny_sdxl):
+    """02's cell: jax.jit with in/out shardings by hand compiles to the placements ShardedPipeline
+    runs; 03's cell: the cost_analysis() FLOPs of that program (one device's share) are pipe.flops'
+    count."""
+    mesh = sh.make_mesh(4)
+    pipe = ShardedPipeline.from_pretrained(tiny_sdxl, mesh, dtype=jnp.float32, progress=False)
+    args = pipe.inputs(["a red circle"] * 4, None, 2, 5.0, 32, 32, 0)
+    runs = pipe.compile(args).executable
+
+    data, replicated = NamedSharding(mesh, P("data")), NamedSharding(mesh, P())
+    param_shardings = jax.tree.map(lambda w: w.sharding, pipe.pipeline.params)
+    denoise = jax.jit(
+        pipe.pipeline.denoise_and_decode,
+        in_shardings=(param_shardings, replicated, data, data, replicated),
+        out_shardings=data,
+    )
+    with jax.set_mesh(mesh):
+        by_hand = denoise.lower(*args).compile()
+    assert by_hand.input_shardings == runs.input_shardings
+    assert by_hand.output_shardings == runs.output_shardings
+
+    # 03's cell reads cost_analysis() of this program's lower().compile() (and asserts the same)
+    assert by_hand.cost_analysis()["flops"] * mesh.size == pipe.flops(args)["program_as_counted"]
+    assert by_hand.memory_analysis().argument_size_in_bytes == runs.memory_analysis().argument_size_in_bytes
+
+
+# ----------------------------------------------------------------------------------------------
+# The exercises that make the attendee write that code: the notebook's solution passes its check,
+# a wrong answer fails it, and so does the attendee copy (solution stripped)
+# ----------------------------------------------------------------------------------------------
+
+NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
+
+
+def exercise_cells(notebook: str, exercise_id: str) -> tuple[str, str, str]:
+    """(solution, attendee stub, check) sources of one exercise of ``notebooks/<notebook>``."""
+    nb = nbformat.read(NOTEBOOKS / notebook, as_version=4)
+    (found,) = [e for e in ex.exercises(nb, notebook) if e.id == exercise_id]
+    stub = ex.attendee_copy(nb, notebook)["cells"][found.solution]
+    return ex.source(nb.cells[found.solution]), ex.source(stub), ex.source(nb.cells[found.check])
+
+
+def run_exercise(namespace: dict, solution: str, check: str, answer: str | None = None) -> dict:
+    """Run the solution cell (or the stub then ``answer``, the attendee's code), then the check."""
+    exec(compile(solution, "<solution>", "exec"), namespace)
+    if answer is not None:
+        exec(compile(answer, "<answer>", "exec"), namespace)
+    exec(compile(check, "<check>", "exec"), namespace)
+    return namespace
+
+
+def outcomes(namespace_fn, notebook, exercise_id, wrong_answers):
+    solution, stub, check = exercise_cells(notebook, exercise_id)
+    run_exercise(namespace_fn(), solution, check)  # the notebook's solution: no exception
+    with pytest.raises(ex.ExerciseNotDone, match="not answered yet"):
+        run_exercise(namespace_fn(), stub, check)
+    for wrong in wrong_answers:
+        with pytest.raises(ex.ExerciseNotDone, match="not quite"):
+            run_exercise(namespace_fn(), stub, check, answer=wrong)
+
+
+def test_exercise_01_3_one_guided_euler_step():
+    scheduler = schedulers.from_config(EULER)
+    state = scheduler.set_timesteps(20)
+    rng = np.random.default_rng(1)
+
+    def namespace():
+        return {
+            "jnp": jnp,
+            "pipe": SimpleNamespace(scheduler=scheduler),
+            "classifier_free_guidance": classifier_free_guidance,
+            "GUIDANCE_SCALE": 6.0,
+            "step_state": state,
+            "step_latents": jnp.asarray(rng.standard_normal((1, 4, 4, 4)), jnp.float32)
+            * state.init_noise_sigma,
+            "noise_pred": jnp.asarray(rng.standard_normal((1, 2, 4, 4, 4)), jnp.float32),
+        }
+
+    s = "step_state.sigmas"
+    outcomes(
+        namespace,
+        "01_sdxl_in_jax.ipynb",
+        "01.3",
+        [
+            f"next_latents = step_latents + ({s}[1] - {s}[0]) * noise_pred[:, 1]",  # no guidance
+            "eps = noise_pred[:, 1] + GUIDANCE_SCALE * (noise_pred[:, 0] - noise_pred[:, 1])\n"  # swapped
+            f"next_latents = step_latents + ({s}[1] - {s}[0]) * eps",
+            "eps = noise_pred[:, 0] + GUIDANCE_SCALE * (noise_pred[:, 1] - noise_pred[:, 0])\n"
+            f"next_latents = step_latents + ({s}[0] - {s}[1]) * eps",  # the step backwards
+        ],
+    )
+
+
+@pytest.mark.skipif(jax.device_count() < 8, reason=f"needs 8 devices, JAX started with {jax.device_count()}")
+def test_exercise_02_3_a_jit_with_shardings_and_no_collective():
+    def namespace():
+        return {
+            "jax": jax,
+            "NamedSharding": NamedSharding,
+            "P": P,
+            "mesh": sh.make_mesh(),
+            "model_mesh": sh.make_mesh(model=2),
+            "devices": jax.devices(),
+            "sh": sh,
+        }
+
+    def jit_with(w, x, out):  # the attendee's answer, with these specs on the data x model mesh
+        def on(spec):
+            return f"NamedSharding(model_mesh, {spec})"
+
+        return f"no_traffic = jax.jit(layer, in_shardings=({on(w)}, {on(x)}), out_shardings={on(out)})"
+
+    outcomes(
+        namespace,
+        "02_sharding_across_cores.ipynb",
+        "02.3",
+        [
+            jit_with("P('model', None)", "P('data')", "P('data')"),  # split contraction: an all-reduce
+            jit_with("P()", "P()", "P()"),  # every row on every device: the work is not split
+            jit_with("P()", "P('data')", "P()"),  # the output replicated: an all-gather
+        ],
+    )
+
+
+def test_exercise_03_2_what_xla_counts_in_a_loop():
+    outcomes(
+        lambda: {"jax": jax, "jnp": jnp},
+        "03_tpu_performance.ipynb",
+        "03.2",
+        [
+            "loop_and_step_flops = (10 * 2 * 64 * 512 * 512, 2 * 64 * 512 * 512)",  # ten bodies
+            "loop_and_step_flops = (64 * 512 * 512, 64 * 512 * 512)",  # multiply-adds, not FLOPs
+        ],
+    )
