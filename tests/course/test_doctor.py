@@ -29,6 +29,16 @@ def test_pins_are_parsed_like_pip_reads_them():
     assert real["jax"] == "0.10.2" and real["openvino"] == "2026.4.1"
 
 
+def test_a_pin_for_another_platform_is_not_expected_here():
+    text = 'jax==0.10.2\nlibtpu==0.0.42.1; sys_platform == "linux" and platform_machine == "x86_64"\n'
+    linux = {"sys_platform": "linux", "platform_machine": "x86_64"}
+    mac = {"sys_platform": "darwin", "platform_machine": "arm64"}
+    assert doctor.parse_pins(text, linux) == {"jax": "0.10.2", "libtpu": "0.0.42.1"}
+    assert doctor.parse_pins(text, mac) == {"jax": "0.10.2"}
+    real = doctor.parse_pins((REPO / "requirements-cpu.txt").read_text(), mac)
+    assert "libtpu" not in real and real["openvino"] == "2026.4.1"
+
+
 def test_versions_missing_fails_different_warns_local_tag_matches():
     pins = {"jax": "0.10.2", "torch": "2.13.0", "nncf": "3.4.0"}
     good = doctor.check_versions(

@@ -1,6 +1,11 @@
 """The three environment files must agree on every package they share, and keep the known traps out."""
 
+import functools
+import os
 import re
+import shutil
+import subprocess
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -88,3 +93,127 @@ def test_the_pinned_peft_adds_a_text_encoder_lora_the_documented_way():
         encoder.add_adapter(config)
     peft.inject_adapter_in_model(config, encoder)
     assert any(isinstance(m, peft.tuners.lora.LoraLayer) for m in encoder.modules())
+
+
+# ----------------------------------------------------------------------------------------------
+# Resolution for every platform the README names, with uv's resolver: `uv pip compile
+# --python-platform` evaluates the environment markers for the target (`pip --platform` evaluates
+# them for the running machine, so it would keep libtpu for macOS here). Against the public index,
+# PyPI, read from uv's cache first (--offline): the pins are exact, so a cached answer stays right.
+# Where the cache lacks something, uv asks PyPI; with PyPI unreachable too, the test skips and says
+# why. One or two uv calls per file, platform and Python: well under a second each from the cache.
+# ----------------------------------------------------------------------------------------------
+
+INDEX = "https://pypi.org/simple/"
+# the oldest platform tag that every pinned wheel accepts, per platform the README names
+PLATFORMS = {
+    # glibc 2.31 (Ubuntu 20.04, Debian 11): libtpu 0.0.42.1 publishes manylinux_2_31 wheels only
+    "linux-x86_64": ("x86_64-manylinux_2_31", {}),
+    # glibc 2.35 (Ubuntu 22.04, Debian 12): openvino 2026.4.1 publishes manylinux_2_35 aarch64 wheels only
+    "linux-aarch64": ("aarch64-manylinux_2_35", {}),
+    # macOS 14 on Apple silicon: torch 2.13.0's oldest macOS wheel is macosx_14_0_arm64
+    "macos-arm64": ("aarch64-apple-darwin", {"MACOSX_DEPLOYMENT_TARGET": "14.0"}),
+    # Windows x64, for the CPU notebooks without WSL
+    "windows-x86_64": ("x86_64-pc-windows-msvc", {}),
+}
+RESOLUTIONS = [
+    *(("requirements-cpu.txt", platform, "3.11") for platform in PLATFORMS),
+    *(("requirements-colab.txt", platform, "3.11") for platform in PLATFORMS),
+    # Colab's own Python (3.12 at the time of writing)
+    ("requirements-colab.txt", "linux-x86_64", "3.12"),
+    # requirements-tpu.txt is for Cloud TPU VMs and Colab TPU runtimes, which are Linux x86-64:
+    # jax[tpu] pulls libtpu, which exists for nothing else. 3.11 is the README's; 3.12 is Colab's.
+    ("requirements-tpu.txt", "linux-x86_64", "3.11"),
+    ("requirements-tpu.txt", "linux-x86_64", "3.12"),
+]
+
+
+def uv_binary() -> str:
+    try:
+        import uv  # requirements-cpu.txt pins it
+    except ImportError:
+        found = shutil.which("uv")
+        if not found:
+            pytest.skip("uv is not installed (requirements-cpu.txt pins it: make setup)")
+        return found
+    return uv.find_uv_bin()
+
+
+@functools.cache
+def index_unreachable() -> str | None:
+    """Why PyPI cannot be read from here, or None when it can."""
+    try:
+        urllib.request.urlopen(INDEX, timeout=5).close()
+    except OSError as error:
+        return f"{type(error).__name__}: {error}"
+    return None
+
+
+def resolve(requirements: str, platform: str, python: str, out: Path) -> dict[str, str]:
+    """``name -> version`` of everything uv resolves for that platform and Python: from uv's cache
+    first (--offline, well under a second), from the index where the cache lacks something."""
+    target, env = PLATFORMS[platform]
+    command = [
+        *(uv_binary(), "pip", "compile", "--quiet", "--no-header", "--no-annotate"),
+        *("--python-platform", target, "--python-version", python),
+        *("--default-index", INDEX),  # the public index, whatever the machine's configuration says
+        *(str(REPO / requirements), "-o", str(out)),
+    ]
+    environment = {k: v for k, v in os.environ.items() if not k.startswith("UV_") or k == "UV_CACHE_DIR"}
+    environment.update(env, UV_NO_CONFIG="1")
+
+    def run(*extra: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [*command, *extra], capture_output=True, text=True, timeout=300, env=environment
+        )
+
+    proc = run("--offline")
+    if proc.returncode and "network was disabled" in proc.stderr:  # the cache lacks something
+        if unreachable := index_unreachable():
+            pytest.skip(
+                f"needs the package index {INDEX}, unreachable ({unreachable}), and uv's cache lacks it"
+            )
+        proc = run()
+    assert proc.returncode == 0, (
+        f"{requirements} does not resolve for {platform}, Python {python}:\n{proc.stderr}"
+    )
+    return pins(out)
+
+
+@pytest.mark.needs_index
+@pytest.mark.parametrize(
+    ("requirements", "platform", "python"),
+    RESOLUTIONS,
+    ids=[f"{r.removeprefix('requirements-').removesuffix('.txt')}-{p}-py{v}" for r, p, v in RESOLUTIONS],
+)
+def test_requirements_resolve_for_every_named_platform(requirements, platform, python, tmp_path):
+    got = resolve(requirements, platform, python, tmp_path / "resolved.txt")
+    wanted = pins(REPO / requirements)
+    if requirements == "requirements-tpu.txt":
+        assert "libtpu" in got, "jax[tpu] pulls libtpu"
+        assert "torch" not in got, "nothing in the TPU file may pull PyTorch"
+    # every pin holds, except libtpu off Linux x86-64, where its marker leaves it out
+    if platform != "linux-x86_64":
+        assert "libtpu" not in got, f"libtpu has no {platform} wheels: its marker must leave it out"
+        wanted.pop("libtpu", None)
+    assert {
+        name: (version, got.get(name)) for name, version in wanted.items() if got.get(name) != version
+    } == {}
+
+
+def test_libtpu_is_marked_for_linux_x86_64_only():
+    (line,) = [
+        li for li in (REPO / "requirements-cpu.txt").read_text().splitlines() if li.startswith("libtpu")
+    ]
+    assert line.endswith('; sys_platform == "linux" and platform_machine == "x86_64"'), line
+
+
+def test_setup_gives_uv_what_pip_is_configured_with_and_torch_from_the_cpu_index():
+    """uv reads no pip configuration: without the find-links folders that pip's configuration names
+    (where a machine keeps its CPU torch), uv would fetch PyPI's multi-GB CUDA torch where pip does not."""
+    make = (REPO / "Makefile").read_text()
+    assert "pip config list" in make and "(find-links|constraint)" in make
+    assert "TORCH_INDEX ?= https://download.pytorch.org/whl/cpu" in make
+    assert "--no-deps --index-url $(TORCH_INDEX) torch==$(TORCH_PIN)" in make  # torch alone
+    assert 'source="--no-index --find-links $(abspath $(WHEELS))"' in make  # make setup WHEELS=...
+    assert re.search(r"^UV_PIN = .*requirements-cpu\.txt\)$", make, re.M) and "uv" in CPU

@@ -75,17 +75,39 @@ def test_schema_check_catches_a_broken_workflow(tmp_path):
     assert proc.returncode == 1 and "runs-on" in proc.stdout + proc.stderr
 
 
-def test_ci_runs_make_test_on_pushes_and_pull_requests_with_a_pip_cache():
+def test_ci_runs_make_test_on_pushes_and_pull_requests_with_a_pip_and_uv_cache():
     ci = load(CI)
     assert {"push", "pull_request"} <= set(ci["on"])
     test = ci["jobs"]["test"]
     assert re.search(r"^make test$", runs(test), re.M)
     assert "apt-get install -y -qq chromium" in runs(test)  # Debian's package, as the site test needs
     (cache,) = uses(test, "actions/cache")
-    assert cache["with"]["path"] == "~/.cache/pip"
+    # make setup installs with uv (pip installs uv first)
+    assert cache["with"]["path"].split() == ["~/.cache/pip", "~/.cache/uv"]
     assert "requirements-cpu.txt" in cache["with"]["key"]
     image = test["container"]
     assert image.startswith("python:3.11"), "the Makefile asks for python3.11"
+
+
+def test_ci_runs_the_cpu_notebooks_smoke_tests_on_macos_arm64():
+    job = load(CI)["jobs"]["cpu-notebooks"]
+    assert job["runs-on"] == "${{ matrix.os }}" and "macos-14" in job["strategy"]["matrix"]["os"]
+    assert job["strategy"]["fail-fast"] is False
+    (python,) = uses(job, "actions/setup-python")
+    assert python["with"]["python-version"] == "3.11", "requirements-cpu.txt is pinned for Python 3.11"
+    script = runs(job)
+    assert "make setup PYTHON=python3.11" in script
+    command = " ".join(script.split())
+    assert "-m pytest -n 0 tests/integration/test_notebooks.py" in command
+    # the -k expression picks the execution tests of 04-07, and those only
+    expression = re.search(r'-k "([^"]+)"', command).group(1)
+    notebooks = sorted(p.stem for p in (REPO / "notebooks").glob("*.ipynb"))
+    cpu = [n for n in notebooks if n[:2] >= "04"]
+    assert cpu and all(n[:3] in expression for n in cpu)
+    assert not any(n[:3] in expression for n in notebooks if n not in cpu)
+    source = (REPO / "tests" / "integration" / "test_notebooks.py").read_text()
+    for name in ("smoke_profile", "executed_copy", "nbval"):
+        assert name in expression and re.search(rf"^def test_\w*{name}\w*\(nb, smoke_notebook", source, re.M)
 
 
 def test_ci_builds_the_docs_from_the_tested_notebooks_and_publishes_from_main():

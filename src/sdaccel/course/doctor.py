@@ -75,8 +75,11 @@ def check_python(version: tuple[int, int, int]) -> Check:
     )
 
 
-def parse_pins(text: str) -> dict[str, str]:
-    """``name -> version`` of every ``name==version`` line of a requirements file (extras dropped)."""
+def parse_pins(text: str, environment: dict[str, str] | None = None) -> dict[str, str]:
+    """``name -> version`` of every ``name==version`` line of a requirements file (extras dropped)
+    that applies here: a line whose environment marker is false (``libtpu==...; sys_platform ==
+    "linux" and platform_machine == "x86_64"`` on a Mac) is left out. ``environment`` overrides
+    the marker variables of this Python (``{"sys_platform": "darwin", ...}``), for tests."""
     from packaging.requirements import InvalidRequirement, Requirement
     from packaging.utils import canonicalize_name
 
@@ -88,6 +91,8 @@ def parse_pins(text: str) -> dict[str, str]:
         try:
             req = Requirement(line)
         except InvalidRequirement:
+            continue
+        if req.marker is not None and not req.marker.evaluate(environment):
             continue
         exact = [s.version for s in req.specifier if s.operator == "=="]
         if exact:

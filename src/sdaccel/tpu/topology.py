@@ -99,8 +99,9 @@ def tpu_devices(name: str) -> list:
         import libtpu  # noqa: F401
     except ImportError:
         raise CompilerMissing(
-            "Compiling for TPU needs libtpu: pip install -r requirements-cpu.txt (it pins libtpu), "
-            "or pip install 'jax[tpu]==0.10.2'."
+            "Compiling for TPU needs libtpu, which exists for Linux on x86-64 only: there, "
+            "pip install -r requirements-cpu.txt (it pins libtpu) or pip install 'jax[tpu]==0.10.2'. "
+            "On macOS, Windows and ARM, the TPU-plan cells are skipped."
         ) from None
     from jax.experimental import topologies
 
