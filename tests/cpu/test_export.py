@@ -398,7 +398,7 @@ def test_notebooks_04_and_05_share_one_export_folder_per_checkpoint(tmp_path):
     }
     assert smoke[first] == smoke[second]
     assert smoke[first].parent == tmp_path / "outputs" / "openvino"
-    assert smoke[first].name.startswith("local--tiny-shapes-sd15-") and smoke[first].name.endswith("-fp32")
+    assert smoke[first].name == "local--tiny-shapes-sd15-fp32"  # the same wherever the repository lies
     # another checkpoint or weight precision: another folder
     sdxl = "stabilityai/stable-diffusion-xl-base-1.0"
     assert notebook_export_dir(first, MODEL_ID=sdxl) != full
@@ -413,8 +413,6 @@ def test_default_export_dir_never_gives_two_checkpoints_one_folder(
 
     monkeypatch.chdir(tmp_path)
     hub = "stable-diffusion-v1-5/stable-diffusion-v1-5"
-    twin = tmp_path / "elsewhere" / tiny_sd15.name  # the same folder name in another place
-    shutil.copytree(tiny_sd15, twin)
     lookalike = tmp_path / "sub" / hub  # a local folder spelled like a hub id
     shutil.copytree(tiny_sd15, lookalike)
     folders = [
@@ -423,17 +421,79 @@ def test_default_export_dir_never_gives_two_checkpoints_one_folder(
         default_export_dir("stable-diffusion-v1/5"),
         default_export_dir(tiny_sd15),
         default_export_dir(tiny_sdxl),
-        default_export_dir(twin),
         default_export_dir(lookalike),
         default_export_dir(tiny_sd15, "fp16"),
     ]
     assert len(set(folders)) == len(folders), folders
-    assert folders[6].name.startswith("local--") and folders[0].name.startswith("hub--")
+    assert folders[5].name.startswith("local--") and folders[0].name.startswith("hub--")
     # a name that is a folder here means that folder, as for resolve_checkpoint: one export for it,
     # whether written relative or absolute
     monkeypatch.chdir(tmp_path / "sub")
-    assert default_export_dir(hub).name == default_export_dir(lookalike).name == folders[6].name
+    assert default_export_dir(hub).name == default_export_dir(lookalike).name == folders[5].name
     with pytest.raises(ValueError, match="weight_dtype"):
         default_export_dir(hub, "int8")
     with pytest.raises(ValueError, match="neither a checkpoint folder nor a hub id"):
         default_export_dir("no/such/folder")
+
+
+def _claim(folder, source) -> None:
+    """``folder`` as an export of ``source`` looks to default_export_dir (its manifest's source)."""
+    folder.mkdir(parents=True)
+    (folder / MANIFEST).write_text(json.dumps({"source": str(source)}))
+
+
+def test_a_folder_name_another_checkpoint_holds_falls_back_to_the_digest(tmp_path, tiny_sd15):
+    """Two checkpoint folders of one name: the first to export gets ``local--<name>-<dtype>``, the
+    other the name with the digest of its absolute path; each keeps its folder after."""
+    import hashlib
+
+    from sdaccel.core.checkpoint import read_json
+    from sdaccel.cpu.export import default_export_dir
+
+    root = tmp_path / "openvino"
+    twin = tmp_path / "elsewhere" / tiny_sd15.name
+    shutil.copytree(tiny_sd15, twin)
+    short = root / f"local--{tiny_sd15.name}-fp32"
+    digest = (
+        root / f"local--{tiny_sd15.name}-{hashlib.sha256(str(twin.resolve()).encode()).hexdigest()[:12]}-fp32"
+    )
+    # nothing exported yet: the short name, wherever the folder lies
+    assert default_export_dir(tiny_sd15, root=root) == default_export_dir(twin, root=root) == short
+    export_pipeline(tiny_sd15, short, components=["tokenizer", "text_encoder"], progress=False)
+    assert read_json(short / MANIFEST)["source"] == str(tiny_sd15.resolve())
+    assert default_export_dir(tiny_sd15, root=root) == short  # its own export: reused
+    assert default_export_dir(twin, root=root) == default_export_dir(twin, root=root) == digest
+    export_pipeline(twin, digest, components=["tokenizer", "text_encoder"], progress=False)
+    # each keeps its folder, even once the short one is free again
+    shutil.rmtree(short)
+    assert default_export_dir(twin, root=root) == digest
+    assert default_export_dir(tiny_sd15, root=root) == short
+    assert default_export_dir(twin, "fp16", root=root) == root / f"local--{tiny_sd15.name}-fp16"
+
+
+@pytest.mark.parametrize("holder", ["another checkpoint", "a folder named after it", "no export"])
+def test_a_short_name_in_use_is_left_alone(tmp_path, tiny_sd15, holder):
+    """The short name is taken when another checkpoint's export holds it, or one of the folders
+    named after it (notebook 07's ``-lcm-lora``), or it holds files that are no export."""
+    from sdaccel.cpu.export import default_export_dir
+
+    root = tmp_path / "openvino"
+    short = root / f"local--{tiny_sd15.name}-fp32"
+    if holder == "another checkpoint":
+        _claim(short, tmp_path / "elsewhere" / tiny_sd15.name)
+    elif holder == "a folder named after it":
+        _claim(short.with_name(short.name + "-lcm-lora"), tmp_path / "elsewhere" / tiny_sd15.name)
+    else:
+        short.mkdir(parents=True)
+        (short / "notes.txt").write_text("mine")
+    chosen = default_export_dir(tiny_sd15, root=root)
+    assert (
+        chosen != short
+        and chosen.name.startswith(f"local--{tiny_sd15.name}-")
+        and chosen.name.endswith("-fp32")
+    )
+    # this checkpoint's own export named after it does not take the name away, nor does an empty folder
+    other = tmp_path / "fresh"
+    _claim(other / (short.name + "-lcm-lora"), tiny_sd15)
+    (other / short.name).mkdir()
+    assert default_export_dir(tiny_sd15, root=other) == other / short.name

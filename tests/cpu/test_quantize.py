@@ -335,3 +335,17 @@ def test_a_memory_budget_chooses_the_parts(convert):
     assert Q.estimate_peak_gb("full_int8", max(ir_parts.plan_parts(model, parts).weight_bytes)) <= half
     with pytest.raises(ValueError, match="raise the budget"):
         Q.parts_for_budget(xml, "full_int8", Q.PEAK_FIXED_GB)
+
+
+def test_parts_show_progress_bars_only_where_they_are_drawn_live(convert, tmp_path, capfd):
+    """Off a terminal (here: pytest's captured output, as a notebook's kernel collects a child's
+    output), the children of quantize_in_parts print no finished NNCF bars unless asked for them;
+    asked not to, a stage run here prints none either."""
+    _, xml, _ = convert("tiny-sd15")
+    assert Q.live_bars(True) and not Q.live_bars(False)
+    Q.quantize_ir(xml, tmp_path / "quiet.xml", "int8_weights", parts=2)
+    assert "Applying Weight Compression" not in capfd.readouterr().out
+    Q.quantize_ir(xml, tmp_path / "asked.xml", "int8_weights", parts=2, progress=True)
+    assert "Applying Weight Compression" in capfd.readouterr().out
+    Q.quantize_in_parts(xml, tmp_path / "here.xml", "int8_weights", parts=2, isolate=False, progress=False)
+    assert "Applying Weight Compression" not in capfd.readouterr().out

@@ -547,30 +547,68 @@ def default_export_dir(
 
     * a hub id ``org/name``: ``hub--org--name`` (a hub name cannot contain ``--``, so two ids
       never meet);
-    * a local folder: ``local--<folder name>-<digest of its absolute path>``: two folders of the
-      same name elsewhere get two exports, and no local folder takes a hub id's place.
+    * a local folder: ``local--<folder name>`` (:func:`local_export_name`), the same wherever the
+      folder lies, unless another checkpoint of that folder name already holds it: then
+      ``local--<folder name>-<digest of its absolute path>``. Two folders of the same name elsewhere
+      never share an export, and no local folder takes a hub id's place.
 
     The weight precision is part of the name, so an fp16 export never lands on an f32 one. A
     checkpoint changed in place keeps its folder: :func:`export_pipeline` then refuses the old
     export (its source check) rather than mix the two.
     """
-    import hashlib
-
     if weight_dtype not in ("fp32", "fp16"):
         raise ValueError(f"weight_dtype must be 'fp32' or 'fp16', got {weight_dtype!r}.")
     path = Path(model_id).expanduser()
     if path.is_dir():
-        absolute = str(path.resolve())
-        name = f"local--{path.resolve().name}-{hashlib.sha256(absolute.encode()).hexdigest()[:12]}"
-    else:
-        text = str(model_id).strip("/")
-        if not text or "--" in text or text.count("/") != 1:
-            raise ValueError(
-                f"{model_id!r} is neither a checkpoint folder nor a hub id of the form 'org/name': "
-                "check the path, or pass EXPORT_DIR explicitly."
-            )
-        name = "hub--" + text.replace("/", "--")
-    return Path(root) / f"{name}-{weight_dtype}"
+        return Path(root) / local_export_name(path.resolve(), weight_dtype, Path(root))
+    text = str(model_id).strip("/")
+    if not text or "--" in text or text.count("/") != 1:
+        raise ValueError(
+            f"{model_id!r} is neither a checkpoint folder nor a hub id of the form 'org/name': "
+            "check the path, or pass EXPORT_DIR explicitly."
+        )
+    return Path(root) / f"hub--{text.replace('/', '--')}-{weight_dtype}"
+
+
+def local_export_name(src: Path, weight_dtype: str, root: Path) -> str:
+    """The name of the export folder in ``root`` of the checkpoint folder ``src`` (absolute).
+
+    ``local--<folder name>-<weight_dtype>``, which does not depend on where the folder lies, when
+    that folder of ``root`` is free or already holds an export of ``src`` (its manifest's
+    ``source``). When another checkpoint holds it (or holds a folder named after it, such as
+    notebook 07's ``<name>-lcm-lora``), or it holds anything else, the name carries the first 12
+    hex digits of the sha256 of its absolute path: ``local--<folder name>-<digest>-<weight_dtype>``. An
+    export already made under that name is kept there, so a checkpoint's folder does not move."""
+    import hashlib
+
+    short = f"local--{src.name}-{weight_dtype}"
+    digest = f"local--{src.name}-{hashlib.sha256(str(src).encode()).hexdigest()[:12]}-{weight_dtype}"
+    if holds_export_of(root / short, src):
+        return short
+    if holds_export_of(root / digest, src):
+        return digest
+    return digest if _taken(root, short, src) else short
+
+
+def holds_export_of(folder: Path, src: Path) -> bool:
+    """Whether ``folder`` holds an export whose manifest names ``src`` as its source (a manifest
+    that cannot be read names none)."""
+    try:
+        source = read_json(folder / MANIFEST).get("source")
+    except (OSError, ValueError, AttributeError, CheckpointError):
+        return False
+    return source is not None and Path(source).resolve() == src
+
+
+def _taken(root: Path, name: str, src: Path) -> bool:
+    """Whether ``root/name`` holds anything (the caller has checked that it is no export of
+    ``src``), or a folder of ``root`` named ``name-...`` holds an export of another checkpoint."""
+    folder = root / name
+    if folder.exists() and not (folder.is_dir() and not any(folder.iterdir())):
+        return True
+    if not root.is_dir():
+        return False
+    return any((f / MANIFEST).is_file() and not holds_export_of(f, src) for f in root.glob(f"{name}-*"))
 
 
 def export_pipeline(
@@ -674,7 +712,7 @@ def export_pipeline(
             replace_json(
                 stage / MANIFEST,
                 {
-                    "source": str(src),
+                    "source": str(src.resolve()),  # absolute: recognised from any working folder
                     "source_fingerprint": source_fingerprint(src),
                     "pipeline": kind,
                     "components": [c for c in everything if c in exported],

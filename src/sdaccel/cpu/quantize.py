@@ -184,6 +184,27 @@ def no_progress_bars() -> Iterator[None]:
             console.__dict__ = saved
 
 
+def live_bars(progress: bool | None = None) -> bool:
+    """Whether NNCF's progress bars are shown: ``progress`` when it is given; by default
+    (``None``) only where rich draws them live, on a terminal or in a notebook. Elsewhere (a pipe,
+    a log file, the child process of a notebook's kernel, whose output the kernel collects) each
+    bar would be printed once it is finished, a line of noise per pass."""
+    if progress is not None:
+        return progress
+    import rich
+
+    console = rich.get_console()
+    return console.is_interactive or console.is_jupyter
+
+
+def with_progress(progress: bool | None, fn, /, *args, **kwargs):
+    """``fn(*args, **kwargs)`` with NNCF's progress bars shown or hidden as :func:`live_bars`
+    decides, in the process that runs it: how each stage of :func:`quantize_in_parts` runs in its
+    child process. Errors, warnings and NNCF's log messages are no bars: they show either way."""
+    with contextlib.nullcontext() if live_bars(progress) else no_progress_bars():
+        return fn(*args, **kwargs)
+
+
 def ignored_layers(model, ignored_scope, types: Sequence[str] = ("Convolution", "MatMul")) -> list[str]:
     """Names of the ``types`` operations of ``model`` that ``ignored_scope`` (an
     ``nncf.IgnoredScope``) keeps in floating point, as NNCF itself resolves the scope
@@ -834,6 +855,7 @@ def quantize_ir(
     *,
     parts: int | None = None,
     max_memory_gb: float | None = None,
+    progress: bool | None = None,
     **knobs,
 ) -> dict:
     """Read an IR, apply one of :data:`VARIANTS`, save the result: the unit of work that
@@ -856,6 +878,10 @@ def quantize_ir(
     With either, the work goes to :func:`quantize_in_parts`: each step in a child process watched
     at ``max_memory_gb`` (the calibration must then be a folder), one part at a time, or the whole
     UNet in one child when one part fits. With neither, the UNet is quantized here, in one piece.
+
+    ``progress`` shows NNCF's progress bars (``True``) or hides them (``False``); by default only
+    where they are drawn live (:func:`live_bars`): a child process of a notebook's kernel, or one
+    whose output goes to a pipe or a file, would print each bar once finished, as a line of noise.
     """
     # 1. Check the request
     data = check_calibration(calibration, variant)
@@ -872,6 +898,7 @@ def quantize_ir(
             subset_size,
             memory_limit_gb=max_memory_gb,
             log_level=log_level,
+            progress=progress,
             **knobs,
         )
 
@@ -882,8 +909,16 @@ def quantize_ir(
             require_free_space(
                 work.parent, ir_size_bytes(src_xml), f"the {variant} IR of {Path(src_xml).name}"
             )
-            report = quantize_to_file(
-                src_xml, work / RESULT_XML, variant, data, subset_size, log_level, **knobs
+            report = with_progress(
+                progress,
+                quantize_to_file,
+                src_xml,
+                work / RESULT_XML,
+                variant,
+                data,
+                subset_size,
+                log_level,
+                **knobs,
             )
             publish_ir(work / RESULT_XML, dst_xml)
     return {**report, "seconds": time.perf_counter() - start, "size_bytes": ir_size_bytes(dst_xml)}
@@ -1053,6 +1088,7 @@ def quantize_in_parts(
     memory_limit_gb: float | None = None,
     isolate: bool = True,
     log_level: int = logging.WARNING,
+    progress: bool | None = None,
     **knobs,
 ) -> dict:
     """:func:`quantize_ir`, one part of the UNet at a time: the same recipe, with a peak memory set
@@ -1076,6 +1112,10 @@ def quantize_in_parts(
     ``parts=1`` quantizes the whole UNet in one child (stage ``whole``), as :func:`quantize_ir`
     would: the one-shot result, watched like the parts.
 
+    ``progress``: NNCF's progress bars, as for :func:`quantize_ir`. By default a child shows them
+    only when its output is a terminal (:func:`live_bars`, decided in the child): a notebook's
+    kernel collects a child's output, where each bar would be printed once finished.
+
     ``dst_xml`` is written only at the end, whole (:func:`publish_ir`). The work runs as its only
     writer (:func:`ir_workspace`: a second quantization of it waits, then does its own) in a
     hidden working folder beside it (``.<stem>-parts-*``: the f32 parts, the quantized parts, the
@@ -1096,7 +1136,12 @@ def quantize_in_parts(
     state = None if data is None else str(data.folder)
     dst = Path(dst_xml)
     run = StageRunner(
-        f"Quantizing {src_xml} in {parts} part(s)", isolate, memory_limit_gb, dst=dst, parts=parts
+        f"Quantizing {src_xml} in {parts} part(s)",
+        isolate,
+        memory_limit_gb,
+        dst=dst,
+        parts=parts,
+        progress=progress,
     )
 
     # 2. As the only writer of dst_xml, in a working folder beside it, with room for the work
@@ -1166,7 +1211,8 @@ class StageRunner:
     A stage that fails says which: ``OSError(ENOSPC)`` when the disk is full, ``MemoryError`` when
     the watchdog stopped it (with its memory, and what to do: a larger budget or, for a part, more
     than ``parts`` parts), ``RuntimeError`` otherwise. ``dst`` is the result it works for (named
-    as left as it was)."""
+    as left as it was). Each stage runs :func:`with_progress`: NNCF's progress bars as
+    ``progress`` says (by default only where they are drawn live, :func:`live_bars`)."""
 
     def __init__(
         self,
@@ -1176,8 +1222,10 @@ class StageRunner:
         *,
         dst: str | os.PathLike | None = None,
         parts: int | None = None,
+        progress: bool | None = None,
     ):
         self.what = what
+        self.progress = progress
         self.isolate = isolate
         self.memory_limit_gb = memory_limit_gb
         self.dst = None if dst is None else Path(dst)
@@ -1191,7 +1239,7 @@ class StageRunner:
         if not self.isolate:
             tick = time.perf_counter()
             try:
-                result = fn(*args, **kwargs)
+                result = with_progress(self.progress, fn, *args, **kwargs)
             except OSError as exc:
                 error = full_disk_error(exc, f"{self.what} ({stage})", self.kept())
                 if error is None:
@@ -1199,7 +1247,9 @@ class StageRunner:
                 raise error from exc
             self._record(stage, 0, 0, time.perf_counter() - tick)
             return result
-        run = run_with_memory_limit(fn, *args, limit_gb=self.memory_limit_gb, **kwargs)
+        run = run_with_memory_limit(
+            with_progress, self.progress, fn, *args, limit_gb=self.memory_limit_gb, **kwargs
+        )
         self._record(stage, run.peak_rss_bytes, run.peak_anon_bytes, run.seconds)
         if not run.ok:
             raise self.failure(stage, run)
