@@ -45,7 +45,7 @@ TORCH_ANSWERS = [ "$$(uname -s)" = Linux ] && [ -n "$(TORCH_INDEX)" ] && $(PY) -
 	"import sys, urllib.request; urllib.request.urlopen(sys.argv[1].rstrip('/') + '/torch/', timeout=5)" \
 	"$(TORCH_INDEX)" 2>/dev/null
 
-.PHONY: setup wheelhouse run run-full lab test lint clean
+.PHONY: setup wheelhouse run run-full hub-cache rehearsal lab test lint clean
 
 setup: $(STAMP)
 
@@ -107,6 +107,17 @@ run: setup
 
 run-full: setup
 	$(PY) -m sdaccel.course.run_notebooks --profile full
+
+# The full profile rehearsed at real size with no network: the hub stand-in (the notebooks' hub ids,
+# real architectures and files, random weights: about 12 GB), then every notebook in the rehearsal
+# profile into build/rehearsal/ (a benchmark, not a test: hours on 2 cores). Wall time and peak
+# memory per notebook: build/rehearsal/summary.md and summary.json.
+HF_STAND_IN ?= build/hf-home
+hub-cache: setup
+	$(PY) -m sdaccel.course.hub_cache $(HF_STAND_IN)
+
+rehearsal: hub-cache
+	SDACCEL_HF_STAND_IN=$(abspath $(HF_STAND_IN)) $(PY) -m sdaccel.course.run_notebooks --profile rehearsal --keep-going
 
 # the kernel environment and each notebook's overrides come from src/sdaccel/course/run_profiles.py
 lab: setup

@@ -30,6 +30,7 @@ def test_every_name_the_docstring_lists_resolves():
         "## Before a workshop",
         "## The docs site",
         "## Reports of notebooks 06 and 07",
+        "## The demo of notebook 07",
     ]
     assert [doc.index(h) for h in headings] == sorted(doc.index(h) for h in headings)
     named = re.findall(r"`~?sdaccel\.course\.(\w+)\.(\w+)`", doc)

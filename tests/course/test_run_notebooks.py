@@ -14,7 +14,7 @@ from sdaccel.course.run_notebooks import NotebookFailed, execute, fresh_output_d
 def smoke_settings_of_test_notebooks(monkeypatch):
     """The smoke profile of the throw-away notebooks below (``run_profiles.SMOKE`` is keyed by stem)."""
     smoke = dict(run_profiles.SMOKE)
-    for stem in ("01_x", "01_good", "02_bad", "01_results"):
+    for stem in ("01_x", "01_good", "02_bad", "01_results", "01_memory"):
         smoke[stem] = {}
     monkeypatch.setattr(run_profiles, "SMOKE", smoke)
     return smoke
@@ -122,3 +122,62 @@ def test_a_stale_key_does_not_survive_a_run(tmp_path):
     assert json.loads((second.output_dir / "results.json").read_text()) == {"new_key": 1}
     previous = second.output_dir.with_name("01_results.previous")
     assert json.loads((previous / "results.json").read_text()) == {"old_key": 1}
+
+
+#: A notebook whose kernel holds about 150 MB and starts a child that holds about 300 MB.
+MEMORY_CELLS = [
+    "kernel_block = bytearray(150 * 2**20)",
+    "import subprocess, sys\n"
+    "subprocess.run([sys.executable, '-c', 'import time; b = bytearray(300 * 2**20); time.sleep(2)'], check=True)",
+]
+
+
+@pytest.mark.slow
+def test_the_runner_records_wall_time_and_peak_memory(tmp_path, smoke_settings_of_test_notebooks, capsys):
+    smoke_settings_of_test_notebooks["01_memory"] = {}
+    nb = make_notebook(tmp_path / "01_memory.ipynb", MEMORY_CELLS)
+    run = execute(nb, "smoke", tmp_path / "build", tmp_path / "ckpt", timeout=120)
+    memory = run_notebooks.MemoryPeaks(**run.memory)
+    assert memory.samples > 2 and memory.children >= 1
+    assert memory.kernel_bytes > 150 * 2**20, "the kernel's own high-water mark"
+    assert memory.largest_child_bytes > 300 * 2**20 > memory.kernel_bytes - 150 * 2**20
+    assert memory.tree_bytes > 300 * 2**20
+    assert run.seconds > 2
+
+    row = run_notebooks.summary_row(run, "smoke", "ok")
+    assert row["wall_min"] == round(run.seconds / 60, 2) and row["largest_child_peak_gib"] >= 0.29
+    path = run_notebooks.write_summary(tmp_path / "build", "smoke", [row])
+    assert path == tmp_path / "build" / "smoke" / "summary.json"
+    other = {**row, "notebook": "00_other", "status": "failed"}
+    run_notebooks.write_summary(tmp_path / "build", "smoke", [other])  # another run: both rows stay
+    data = json.loads(path.read_text())
+    assert list(data["notebooks"]) == ["00_other", "01_memory"] and data["machine"]["cpus"] >= 1
+    table = (path.parent / "summary.md").read_text().splitlines()
+    assert table[0].startswith("| notebook | status | wall min | kernel GiB | largest child GiB")
+    assert table[2].startswith("| 00_other | failed |") and table[3].startswith("| 01_memory | ok |")
+
+
+def test_a_failed_notebook_keeps_its_time_and_memory(tmp_path):
+    nb = make_notebook(tmp_path / "02_bad.ipynb", ["raise ValueError('boom')"])
+    with pytest.raises(NotebookFailed) as failed:
+        execute(nb, "smoke", tmp_path / "build", tmp_path / "ckpt", timeout=120)
+    assert failed.value.run is not None and failed.value.run.seconds > 0
+    assert run_notebooks.MemoryPeaks(**failed.value.run.memory).kernel_bytes > 0
+
+
+def test_the_memory_watch_ignores_processes_of_other_runs(monkeypatch):
+    import subprocess
+    import sys
+
+    env = {**__import__("os").environ, run_notebooks.RUN_MARKER: "another-run"}
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(5)"], env=env)
+    try:
+        watch = run_notebooks.MemoryWatch("this-run")
+        watch.sample()
+        assert watch.peaks == run_notebooks.MemoryPeaks(samples=1)
+        mine = run_notebooks.MemoryWatch("another-run")
+        mine.sample()
+        assert mine.peaks.kernel_bytes > 0, "a marked child of this process is the kernel"
+    finally:
+        other.kill()
+        other.wait()

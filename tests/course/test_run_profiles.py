@@ -150,3 +150,86 @@ def test_the_smoke_kernel_converts_with_openvino_without_forking():
     consent = Path.home() / "intel" / "openvino_telemetry"
     if not (consent.is_file() and consent.read_text().strip() == "0"):
         assert "forked" in run(base), "the conversion no longer forks: the switch may no longer be needed"
+
+
+def parameters_cell(nb: Path) -> str:
+    cells = [c for c in json.loads(nb.read_text())["cells"] if c["cell_type"] == "code"]
+    (params,) = [c for c in cells if "parameters" in c["metadata"].get("tags", [])]
+    return "".join(params["source"])
+
+
+#: What the rehearsal keeps from the full profile: the models, their files, dtypes and recipes.
+KEPT_IN_REHEARSAL = {
+    "MODEL_ID", "VARIANT", "DTYPE", "WEIGHT_DTYPE", "VARIANTS", "LEVERS", "CPU_MODEL_ID", "CPU_LORA",
+    "FAST_VAE", "PRECISION", "INT8_VARIANT", "JAX_MODEL_ID", "JAX_VARIANT", "JAX_DTYPE", "JAX_LORA",
+    "QUALITY_CHECKPOINT", "ADHERENCE_CHECKPOINT", "ADHERENCE_LORA", "QUANT_MEMORY_GB",
+}  # fmt: skip
+
+
+def test_every_rehearsal_override_names_a_parameter_of_its_notebook():
+    import re
+
+    stems = [nb.stem for nb in run_notebooks.discover()]
+    assert sorted(run_profiles.REHEARSAL) == sorted(stems)
+    for nb in run_notebooks.discover():
+        params = parameters_cell(nb)
+        for key in run_profiles.REHEARSAL[nb.stem]:
+            assert re.search(rf"^{key} =", params, re.M), (
+                f"rehearsal sets {key}, which {nb.name} does not define"
+            )
+
+
+def test_the_rehearsal_keeps_the_full_profiles_models_and_recipes():
+    for stem, values in run_profiles.REHEARSAL.items():
+        assert not set(values) & KEPT_IN_REHEARSAL, (
+            f"{stem}: the rehearsal swaps {set(values) & KEPT_IN_REHEARSAL}"
+        )
+        assert "{checkpoints}" not in repr(values) and "{repo}" not in repr(values), (
+            "the notebooks' own hub ids"
+        )
+    jax_sizes = [(v.get("HEIGHT"), v.get("WIDTH")) for k, v in run_profiles.REHEARSAL.items() if k < "04"]
+    assert set(jax_sizes) == {(None, None), (512, 512)}, "512x512 for the JAX SDXL notebooks"
+
+
+def test_each_rehearsal_override_has_a_reason():
+    """A ``# reason`` on the override's line or on the line above it (one for a multi-line value)."""
+    import ast
+    import inspect
+
+    source = inspect.getsource(run_profiles).splitlines()
+    tree = ast.parse("\n".join(source))
+    (node,) = [
+        n
+        for n in ast.walk(tree)
+        if isinstance(n, ast.AnnAssign) and getattr(n.target, "id", "") == "REHEARSAL"
+    ]
+    for notebook in node.value.values:
+        for key in notebook.keys:
+            line, above = source[key.lineno - 1], source[key.lineno - 2]
+            assert "#" in line or above.strip().startswith("#"), f"no reason for {line.strip()}"
+
+
+def test_the_rehearsals_kernels_read_the_stand_in_offline(monkeypatch, capsys, tmp_path):
+    env = run_profiles.KERNEL_ENV["rehearsal"]
+    assert env["HF_HUB_OFFLINE"] == "1" and env["HF_HOME"] == str(run_profiles.STAND_IN_HOME)
+    assert env["SDACCEL_PROFILE"] == "rehearsal" and "XLA_FLAGS" not in env, "JAX's own devices, as in full"
+
+    monkeypatch.setenv("SDACCEL_PROFILE", "rehearsal")
+    monkeypatch.setenv("HF_HOME", str(tmp_path))
+    monkeypatch.delenv("HF_HUB_CACHE", raising=False)
+    with pytest.raises(
+        FileNotFoundError, match=r"holds none: write it first with `python -m sdaccel.course.hub_cache"
+    ):
+        run_profiles.start("01_sdxl_in_jax", {})
+    marker = tmp_path / "hub" / "models--org--name" / ".sdaccel-stand-in.json"
+    marker.parent.mkdir(parents=True)
+    marker.write_text("{}")
+    namespace = {"HEIGHT": 1024, "MODEL_ID": "stabilityai/stable-diffusion-xl-base-1.0"}
+    started = run_profiles.start("01_sdxl_in_jax", namespace)
+    assert started.random_weights and namespace["HEIGHT"] == 512
+    assert namespace["MODEL_ID"] == "stabilityai/stable-diffusion-xl-base-1.0", "the notebooks' own hub id"
+    out = capsys.readouterr().out
+    assert out.startswith("Profile rehearsal: the full profile at real size, 5 settings swapped")
+    assert "random weights" in out and "pictures are noise" in out
+    assert not any(p in out.lower() for p in run_notebooks.BANNED_PHRASES)
+    assert not run_profiles.Started("full", {}, "").random_weights

@@ -324,6 +324,17 @@ LESSON_CALLS = {
         "smooth_quant_alphas=AdvancedSmoothQuantParameters(",
         "disable_bias_correction=not BIAS_CORRECTION,",
     ],
+    "07_fewer_steps": [  # tests/tpu/test_lesson_code_07.py: these compute what the pipeline runs
+        "inspect.getsource(fuse_layer)",  # W + scale * alpha / r * up @ down, as fuse_lora applies it
+        "inspect.getsource(LoraLayer.delta)",
+        "1.0 * layer.alpha / layer.rank * (up @ down).T",  # one layer fused by hand
+        "pipe.fuse_lora([(adapter, 1.0)])",
+        "inspect.getsource(guidance_scale_embedding)",  # an LCM UNet's timestep_cond
+        "guidance_scale_embedding(w, 256)",
+        "inspect.getsource(type(lcm_scheduler).step)",  # one LCM step: x0, c_skip / c_out, fresh noise
+        "lcm_scheduler.set_timesteps(JAX_COMPARE_STEPS)",
+        "pipe.unfuse_lora()",
+    ],
 }
 
 

@@ -356,14 +356,89 @@ def test_the_nbval_copy_ends_with_the_last_checked_cell(tmp_path):
     assert [checked(c) for c in nb["cells"]] == [False, False, True, True, False]
 
 
+#: What each notebook's checked cells printed in the smoke profile, one file per notebook. Every
+#: smoke run is compared with it, so a change that moves a lesson fact (a shape, a parameter count,
+#: the collectives of a program) fails with a diff. After a change that moves one on purpose:
+#: ``SDACCEL_RECORD_CHECKED=1 pytest tests/integration/test_notebooks.py -k checked_cells``.
+CHECKED_OUTPUTS = ROOT / "tests" / "integration" / "checked_outputs"
+RECORD_VAR = "SDACCEL_RECORD_CHECKED"
+
+
+def checked_outputs(nb: dict) -> str:
+    """The checked cells of an executed notebook, each as a ``## cell <id>`` line and the text it
+    printed (streams and plain-text results, as nbval compares them)."""
+    parts = []
+    for cell in nb["cells"]:
+        if checked(cell):
+            text = "".join(
+                "".join(out.get("text", "")) + "".join(out.get("data", {}).get("text/plain", ""))
+                for out in cell.get("outputs", [])
+            )
+            parts.append(f"## cell {cell.get('id', '?')}\n{text.rstrip()}\n")
+    return "\n".join(parts)
+
+
+def changed_lines(expected: str, now: str, name: str) -> str:
+    """A unified diff of ``expected`` (the recorded file) and ``now`` (this run); empty when equal."""
+    import difflib
+
+    diff = difflib.unified_diff(
+        expected.splitlines(), now.splitlines(), f"recorded/{name}", f"this run/{name}", lineterm=""
+    )
+    return "\n".join(diff)
+
+
+def test_a_moved_fact_shows_as_a_diff():
+    cell = {"cell_type": "code", "id": "c1", "metadata": {}, "source": "# NBVAL_CHECK_OUTPUT\nprint(x)"}
+    before = {"cells": [{**cell, "outputs": [{"output_type": "stream", "text": "params: 12\n"}]}]}
+    after = {"cells": [{**cell, "outputs": [{"output_type": "stream", "text": "params: 13\n"}]}]}
+    assert checked_outputs(before) == "## cell c1\nparams: 12\n"
+    assert changed_lines(checked_outputs(before), checked_outputs(before), "nb.txt") == ""
+    diff = changed_lines(checked_outputs(before), checked_outputs(after), "nb.txt")
+    assert "-params: 12" in diff and "+params: 13" in diff
+
+
+@pytest.mark.parametrize("nb", NOTEBOOKS, ids=IDS)
+def test_every_notebook_has_a_checked_cell_and_its_record(nb):
+    assert any(checked(cell) for cell in cells(nb)), (
+        f"{nb.name}: mark a cell that prints the lesson's deterministic facts with # NBVAL_CHECK_OUTPUT"
+    )
+    assert (CHECKED_OUTPUTS / f"{nb.stem}.txt").is_file() or os.environ.get(RECORD_VAR), (
+        f"no recorded outputs for {nb.name}: run {RECORD_VAR}=1 pytest {Path(__file__).relative_to(ROOT)} "
+        "-k checked_cells"
+    )
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group("notebooks")
+@pytest.mark.parametrize("nb", NOTEBOOKS, ids=IDS)
+def test_checked_cells_print_the_recorded_facts(nb, smoke_notebook):
+    """The checked cells of this session's smoke run print what tests/integration/checked_outputs/
+    recorded (nothing else is compared: timings, the CPU and its precision vary between runs)."""
+    now = checked_outputs(json.loads(smoke_notebook(nb).executed.read_text()))
+    record = CHECKED_OUTPUTS / f"{nb.stem}.txt"
+    if os.environ.get(RECORD_VAR):
+        record.parent.mkdir(exist_ok=True)
+        record.write_text(now)
+    diff = changed_lines(record.read_text(), now, record.name)
+    assert not diff, f"{nb.name}: a checked cell printed something else than recorded:\n{diff}"
+
+
+#: The notebooks that nbval re-executes through their last checked cell, to show that those cells
+#: print the same twice: those where that part of the notebook takes seconds. Every notebook's
+#: checked cells are also compared with their record (test_checked_cells_print_the_recorded_facts),
+#: which a cell that prints something else each time fails too.
+NBVAL_RERUN = {"00_environment_and_devices", "02_sharding_across_cores"}
+
+
 @pytest.mark.slow
 @pytest.mark.xdist_group("notebooks")
 @pytest.mark.parametrize("nb", NOTEBOOKS, ids=IDS)
 def test_nbval_outputs_are_reproducible(nb, smoke_notebook, tmp_path):
     """Re-execute this session's executed copy, through its last checked cell (the cells after it
     cannot change what it printed); cells marked NBVAL_CHECK_OUTPUT must print the same again."""
-    if not any(checked(cell) for cell in cells(nb)):
-        pytest.skip("no cell of this notebook is marked NBVAL_CHECK_OUTPUT")
+    if nb.stem not in NBVAL_RERUN:
+        pytest.skip("its checked cells come after minutes of work: compared with their record instead")
     executed = through_last_checked_cell(smoke_notebook(nb).executed, tmp_path / f"{nb.stem}.ipynb")
     env = {**os.environ, **PROFILE_ENV["smoke"]}
     proc = subprocess.run(

@@ -57,14 +57,35 @@ a name from its module, as the notebooks do: ``from sdaccel.course.run_profiles 
   :func:`~sdaccel.course.few_steps.speed_rows`, :func:`~sdaccel.course.few_steps.format_speed`,
   :func:`~sdaccel.course.few_steps.lever_costs`, :func:`~sdaccel.course.few_steps.format_costs`,
   :func:`~sdaccel.course.few_steps.faster`.
+
+## The demo of notebook 07
+
+- :class:`~sdaccel.course.demo.Demo`, :func:`~sdaccel.course.demo.settings_for`,
+  :func:`~sdaccel.course.demo.serve`, :func:`~sdaccel.course.demo.widgets` (:mod:`~sdaccel.course.demo`):
+  type a prompt, choose the steps, INT8, LCM-LoRA and TAESD, and see the picture and its seconds on the
+  OpenVINO pipeline; a page served on this machine (``python -m sdaccel.course.demo``) or ipywidgets
+  in the notebook.
+
+## Rehearsing the full profile
+
+- :func:`~sdaccel.course.hub_cache.build_hub_cache`, :data:`~sdaccel.course.hub_cache.STAND_INS`,
+  :func:`~sdaccel.course.hub_cache.tiny_configs` (:mod:`~sdaccel.course.hub_cache`): a local stand-in
+  for the hub, every hub id the notebooks read in a real Hugging Face cache, with the real
+  architectures and files and random weights (``python -m sdaccel.course.hub_cache``); the
+  ``rehearsal`` profile (:data:`~sdaccel.course.run_profiles.REHEARSAL`) runs the notebooks on it.
+- :class:`~sdaccel.course.run_notebooks.MemoryWatch`, :func:`~sdaccel.course.run_notebooks.write_summary`:
+  each run's wall time and the peak memory of its kernel and of the processes it starts, in
+  ``build/<profile>/summary.json`` and ``summary.md``.
 """
 
 __all__ = [
+    "demo",
     "docs_site",
     "doctor",
     "download",
     "exercises",
     "few_steps",
+    "hub_cache",
     "notebook",
     "resources",
     "run_notebooks",

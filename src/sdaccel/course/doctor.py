@@ -444,12 +444,16 @@ def read_cache(models: dict[str, resources.Model], cache_info) -> tuple[dict[str
 def missing_from_cache(model: resources.Model, files: set[str]) -> list[str]:
     """The patterns of ``model`` that no cached file satisfies: for a pipeline, ``model_index.json``,
     and each component whose config or weight file (one, of the variant) is not there; for an
-    explicit list, each config and weight file."""
+    explicit list, its config and one of its weight files (a LoRA repository holds one of the
+    names the list allows, not all of them)."""
     from fnmatch import fnmatch
 
-    if model.patterns is not None:
-        required = [p for p in model.patterns if p == "config.json" or p.endswith(".safetensors")]
-        return [p for p in required if not any(fnmatch(f, p) for f in files)]
+    if model.patterns is not None:  # an explicit list: its config, and one of its weight files
+        missing = [p for p in model.patterns if p == "config.json" and not any(fnmatch(f, p) for f in files)]
+        weights = [p for p in model.patterns if p.endswith(".safetensors")]
+        if weights and not any(fnmatch(f, p) for f in files for p in weights):
+            missing.append(" or ".join(weights))
+        return missing
     components = model.components or model.parts
     missing = [] if "model_index.json" in files else ["model_index.json"]
     for component in components:

@@ -50,7 +50,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from sdaccel.core.faults import fault_point
-from sdaccel.core.staging import replace_text, writer_lock
+from sdaccel.core.staging import replace_text, update_json, writer_lock
 from sdaccel.course import run_profiles
 
 REPO = run_profiles.REPO
@@ -89,6 +89,11 @@ BANNED_PHRASES = (
     "this project's machine",
     "shared 2-core vm",
     "this machine",
+    # the machine's load and its being shared belong in the JSON, not in a lesson's outputs
+    ", load ",
+    "busy vm",
+    "vm busy",
+    "vm was shared",
 )
 
 #: Where Jupyter saves the state of ipywidgets (tqdm's and rich's live progress bars), and the
@@ -259,7 +264,10 @@ def _drop_widget_state_in(executed: Path) -> None:
 
 
 class NotebookFailed(RuntimeError):
-    """A cell raised: the message names the notebook and the cell."""
+    """A cell raised: the message names the notebook and the cell; ``run`` holds the time and
+    memory measured up to the failure (``None`` when it did not run)."""
+
+    run: Run | None = None
 
 
 @dataclass
@@ -269,6 +277,8 @@ class Run:
     output_dir: Path
     seconds: float
     started: float = 0.0  #: wall-clock time (``time.time()``) when the execution began
+    #: peak memory of the kernel and of the processes it started (:class:`MemoryPeaks`, as a dict)
+    memory: dict | None = None
 
 
 def discover(notebook_dir: Path = NOTEBOOKS) -> list[Path]:
@@ -422,6 +432,7 @@ class RunFiles:
     run_id: str = ""
     had_outputs: bool = False
     finished: bool = False
+    memory: dict | None = None  #: the run's peak memory (:class:`MemoryPeaks`), once it has run
 
     @classmethod
     def of(cls, notebook: Path, profile: str, build_dir: Path) -> RunFiles:
@@ -611,16 +622,21 @@ def execute(
                 print(f"Interrupted: {settled}{again}", file=sys.stderr, flush=True)
             raise
         stop_guard(guard, run)
+    measured = Run(notebook, run.executed, run.output_dir, seconds, started, run.memory)
     if error is not None and not run.finished:
-        raise NotebookFailed(
+        failed = NotebookFailed(
             f"{notebook.name} failed before it ran a cell ({type(error).__name__}: {error}); its earlier "
             "executed copy and outputs are in place."
-        ) from error
+        )
+        failed.run = measured
+        raise failed from error
     if error is not None:
-        raise NotebookFailed(
+        failed = NotebookFailed(
             f"{notebook.name} failed in {_failed_cell(run.executed)} (executed copy: {run.executed})"
-        ) from error
-    return Run(notebook, run.executed, run.output_dir, seconds, started)
+        )
+        failed.run = measured  # its time and memory, up to the failure (an OOM is a measurement too)
+        raise failed from error
+    return measured
 
 
 def _papermill(
@@ -637,21 +653,24 @@ def _papermill(
         {**PROFILE_ENV[profile], run_profiles.CHECKPOINTS_VAR: str(checkpoints), RUN_MARKER: run.run_id}
     )
     started, start, error = time.time(), time.perf_counter(), None
+    watch = MemoryWatch(run.run_id)
     try:
-        papermill.execute_notebook(
-            str(notebook),
-            str(run.working),
-            parameters=params,
-            cwd=str(notebook.parent),
-            kernel_name="python3",
-            progress_bar=False,
-            execution_timeout=timeout,
-        )
+        with watch:
+            papermill.execute_notebook(
+                str(notebook),
+                str(run.working),
+                parameters=params,
+                cwd=str(notebook.parent),
+                kernel_name="python3",
+                progress_bar=False,
+                execution_timeout=timeout,
+            )
     except Exception as err:  # papermill raises PapermillExecutionError; anything else is also a failure
         error = err
     finally:
         os.environ.clear()
         os.environ.update(env_backup)
+        run.memory = asdict(watch.peaks)
     return started, time.perf_counter() - start, error
 
 
@@ -670,6 +689,177 @@ def _publish(run: RunFiles, build_dir: Path) -> None:
         print(f"  (moved the earlier outputs to {previous.relative_to(build_dir.parent)})")
 
 
+# ----------------------------------------------------------------------------------------------
+# Wall time and peak memory of each notebook: its kernel and every process the kernel starts
+# ----------------------------------------------------------------------------------------------
+
+
+@dataclass
+class MemoryPeaks:
+    """Peak resident memory of one notebook run, in bytes.
+
+    ``kernel_bytes``: the kernel's own high-water mark (``VmHWM``). ``largest_child_bytes``: the
+    largest high-water mark of a process the kernel started (a quantization or benchmark child).
+    ``tree_bytes``: the largest sum of the current RSS of the kernel and its processes at one
+    sample (shared pages counted once per process, so an upper bound). ``children``: processes seen;
+    ``samples``: how many times the tree was read."""
+
+    kernel_bytes: int = 0
+    largest_child_bytes: int = 0
+    tree_bytes: int = 0
+    children: int = 0
+    samples: int = 0
+
+
+def peak_rss_bytes(proc) -> int:
+    """A process's peak resident set: ``VmHWM`` of ``/proc/<pid>/status`` on Linux, exact whenever
+    it is read (it only grows); elsewhere its current RSS."""
+    try:
+        for line in Path(f"/proc/{proc.pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return proc.memory_info().rss
+
+
+class MemoryWatch:
+    """``with MemoryWatch(run_id) as watch:`` read, every ``interval`` seconds in a thread, the
+    processes below this one that carry ``RUN_MARKER=run_id`` (the kernel, which is this process's
+    child, and whatever it starts); :attr:`peaks` holds the result.
+
+    Sampled rather than read from ``resource.getrusage(RUSAGE_CHILDREN)`` after the kernel exits:
+    ``ru_maxrss`` of the children is one maximum over every child this runner ever reaped (the
+    notebooks before, the guard), so it cannot be told per notebook, nor kernel from child; it
+    counts a grandchild only if its parent waited for it; and Linux carries ``ru_maxrss`` across
+    ``exec``, so the kernel would report at least the runner's RSS at the fork. Each process's
+    ``VmHWM`` is exact when read, so a sample misses only what a process gained in its last
+    ``interval`` before it ended; ``tree_bytes`` is a sampled sum."""
+
+    def __init__(self, run_id: str, interval: float = 0.5):
+        self.run_id, self.interval = run_id, interval
+        self.peaks = MemoryPeaks()
+        self._marked: dict[tuple[int, float], bool] = {}
+        self._seen: set[tuple[int, float]] = set()
+        self._stop = None
+        self._thread = None
+
+    def _is_marked(self, proc) -> bool:
+        import psutil
+
+        try:
+            key = (proc.pid, proc.create_time())
+            if key not in self._marked:
+                self._marked[key] = proc.environ().get(RUN_MARKER) == self.run_id
+            return self._marked[key]
+        except psutil.Error:
+            return False
+
+    def sample(self) -> None:
+        """Read the run's processes once and raise the peaks."""
+        import psutil
+
+        me, tree = os.getpid(), 0
+        for proc in psutil.Process().children(recursive=True):
+            if not self._is_marked(proc):
+                continue
+            try:
+                peak, rss, parent = peak_rss_bytes(proc), proc.memory_info().rss, proc.ppid()
+                key = (proc.pid, proc.create_time())
+            except psutil.Error:
+                continue
+            tree += rss
+            if parent == me:
+                self.peaks.kernel_bytes = max(self.peaks.kernel_bytes, peak)
+            else:
+                self._seen.add(key)
+                self.peaks.largest_child_bytes = max(self.peaks.largest_child_bytes, peak)
+        self.peaks.tree_bytes = max(self.peaks.tree_bytes, tree)
+        self.peaks.children = len(self._seen)
+        self.peaks.samples += 1
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval):
+            self.sample()
+
+    def __enter__(self) -> MemoryWatch:
+        import threading
+
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="notebook-memory", daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+#: The summary of a profile's runs, beside its executed copies: one row per notebook (JSON), and
+#: the same rows as a table (Markdown).
+SUMMARY_JSON, SUMMARY_TABLE = "summary.json", "summary.md"
+
+
+def summary_row(run: Run, profile: str, status: str) -> dict:
+    """A notebook's row of the summary: status, wall minutes, peak GiB, and the overrides used."""
+    memory = MemoryPeaks(**(run.memory or {}))
+    gib = 2**30
+    return {
+        "notebook": run.notebook.stem,
+        "status": status,
+        "started": round(run.started, 1),
+        "wall_min": round(run.seconds / 60, 2),
+        "kernel_peak_gib": round(memory.kernel_bytes / gib, 2),
+        "largest_child_peak_gib": round(memory.largest_child_bytes / gib, 2),
+        "tree_peak_gib": round(memory.tree_bytes / gib, 2),
+        "children": memory.children,
+        "overrides": _profile_table(profile).get(run.notebook.stem, {}),  # as written ({repo}, {checkpoints})
+    }
+
+
+def _profile_table(profile: str) -> dict:
+    return {"smoke": run_profiles.SMOKE, "rehearsal": run_profiles.REHEARSAL}.get(profile, {})
+
+
+def format_summary(rows: list[dict]) -> str:
+    """The rows as a Markdown table: wall minutes and the peaks of the kernel, its largest child
+    and the whole tree, in GiB."""
+    lines = [
+        "| notebook | status | wall min | kernel GiB | largest child GiB | tree GiB | children |",
+        "|---|---|---:|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['notebook']} | {r['status']} | {r['wall_min']:.1f} | {r['kernel_peak_gib']:.2f} | "
+            f"{r['largest_child_peak_gib']:.2f} | {r['tree_peak_gib']:.2f} | {r['children']} |"
+        )
+    return "\n".join(lines)
+
+
+def write_summary(build_dir: Path, profile: str, rows: list[dict]) -> Path:
+    """Add ``rows`` to ``build/<profile>/summary.json`` (a notebook run again replaces its row; the
+    others stay), then write all of its rows as ``summary.md``. Returns the JSON's path."""
+    folder = Path(build_dir) / profile
+    path = folder / SUMMARY_JSON
+
+    def merge(data: dict) -> None:
+        data["profile"] = profile
+        data.setdefault("machine", {}).update(cpus=os.cpu_count(), memory_gib=_memory_gib())
+        notebooks = data.setdefault("notebooks", {})
+        notebooks.update({r["notebook"]: r for r in rows})
+        data["notebooks"] = dict(sorted(notebooks.items()))
+
+    data = update_json(path, merge)
+    replace_text(folder / SUMMARY_TABLE, format_summary(list(data["notebooks"].values())) + "\n")
+    return path
+
+
+def _memory_gib() -> float:
+    import psutil
+
+    return round(psutil.virtual_memory().total / 2**30, 1)
+
+
 def run_all(
     profile: str, only: list[str] | None = None, build_dir: Path | None = None, keep_going: bool = False
 ):
@@ -683,7 +873,7 @@ def run_all(
 
         for name in sorted(needed_tiny_checkpoints(notebooks)):
             ensure_tiny(checkpoints, name)
-    runs, failures = [], []
+    runs, failures, rows = [], [], []
     for nb in notebooks:
         print(f"[{profile}] {nb.name} ...", flush=True)
         try:
@@ -691,10 +881,15 @@ def run_all(
         except NotebookFailed as err:
             print(f"  FAILED: {err}", flush=True)
             failures.append(str(err))
+            if err.run is not None:
+                rows.append(summary_row(err.run, profile, "failed"))
+                write_summary(build_dir, profile, rows)
             if not keep_going:
                 break
             continue
         runs.append(run)
+        rows.append(summary_row(run, profile, "ok"))
+        write_summary(build_dir, profile, rows)
         print(f"  ok in {run.seconds:.0f} s -> {run.executed.relative_to(build_dir.parent)}", flush=True)
         executed = json.loads(run.executed.read_text())
         for problem in noisy_outputs(executed) + [
@@ -719,6 +914,10 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     total = sum(r.seconds for r in runs)
     print(f"\n{len(runs)} notebooks ran in {total:.0f} s; {len(failures)} failed.")
+    summary = Path(args.build_dir) / args.profile / SUMMARY_TABLE
+    if summary.is_file():
+        print(f"Wall time and peak memory ({summary}, and {SUMMARY_JSON} beside it):")
+        print(summary.read_text(), end="")
     for failure in failures:
         print(f"FAILED: {failure}")
     return 1 if failures else 0

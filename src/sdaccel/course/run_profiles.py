@@ -7,6 +7,11 @@ profile swaps some of those values, and this module is the one place that says w
   32x32 images and few steps, with JAX on the CPU showing 8 simulated devices. CI, the tests and
   ``make lab`` use it.
 - ``full``: no override: the parameters cell as written, on whatever hardware this is.
+- ``rehearsal``: the full profile's models, sizes and recipes at real size, read offline from the
+  hub stand-in (``python -m sdaccel.course.hub_cache build/hf-home``: the real architectures and
+  files with random weights), with only the overrides that a 2-core machine with 24 GiB needs to
+  finish (:data:`REHEARSAL`, one reason each). It measures the code, memory and time of the full
+  profile; its pictures are noise and nothing in it scores adherence. ``make rehearsal`` runs it.
 
 Both ways of running a notebook read this module:
 
@@ -33,12 +38,15 @@ from sdaccel.core import env
 from sdaccel.course.notebook import quiet
 
 REPO = Path(__file__).resolve().parents[3]
-PROFILES = ("smoke", "full")
+PROFILES = ("smoke", "full", "rehearsal")
 #: The environment variable that names the profile of a notebook kernel.
 PROFILE_VAR = "SDACCEL_PROFILE"
 #: Where ``{checkpoints}/...`` values point (the random-weight checkpoints of ``sdaccel.toy.random_checkpoints``).
 CHECKPOINTS_VAR = "SDACCEL_CHECKPOINTS"
 SIMULATED_DEVICES = 8
+#: The ``HF_HOME`` of the rehearsal's kernels: the hub stand-in of ``sdaccel.course.hub_cache``
+#: (``$SDACCEL_HF_STAND_IN`` moves it, e.g. to a larger disk).
+STAND_IN_HOME = Path(os.environ.get("SDACCEL_HF_STAND_IN") or REPO / "build" / "hf-home")
 
 #: Environment of a notebook kernel, per profile (the runner's kernels and ``make lab``).
 KERNEL_ENV = {
@@ -58,6 +66,16 @@ KERNEL_ENV = {
         "MPLBACKEND": "module://matplotlib_inline.backend_inline",
     },
     "full": {PROFILE_VAR: "full", "MPLBACKEND": "module://matplotlib_inline.backend_inline"},
+    "rehearsal": {
+        PROFILE_VAR: "rehearsal",
+        # the notebooks' own hub ids, served by the stand-in (random weights), never the network
+        "HF_HUB_OFFLINE": "1",
+        "HF_HOME": str(STAND_IN_HOME),
+        "JAX_PLATFORMS": "cpu",  # a 2-core CPU machine: no libtpu probing for chips that are not there
+        "TOKENIZERS_PARALLELISM": "false",
+        "CI": "true",  # OpenVINO's telemetry off, as in smoke: its fork beside JAX's threads can deadlock
+        "MPLBACKEND": "module://matplotlib_inline.backend_inline",
+    },
 }
 
 #: 16 prompts the shapes checkpoints never saw in training; their adherence is scored by a pixel rule.
@@ -157,7 +175,7 @@ SMOKE: dict[str, dict] = {
         "CALIBRATION_SAMPLES": 64,
         "EVAL_PROMPTS": HELD_OUT_PROMPTS,
         "QUANT_MEMORY_GB": 4.0,
-        "QUANT_PARTS": 2,  # the toy fits in one piece: force parts, to show them
+        "QUANT_PARTS": {"full_int8": 2},  # the toy fits in one piece: force parts once, to show them
         # one group kept in float (each group is one more full INT8 quantization, in parts)
         "FLOAT_GROUPS": {"resnets": r".*resnets.*"},
         "BENCH_ITERS": 3,
@@ -171,6 +189,7 @@ SMOKE: dict[str, dict] = {
         "CALIBRATION_SAMPLES": 2,
         "QUALITY_PROMPTS": 12,
         "DEEPCACHE_CALIBRATION_SAMPLES": 16,
+        "DEEPCACHE_INT8_INTERVALS": [],  # full INT8 uncached only: two quantizations fewer (notebook 05 teaches INT8)
         "QUANT_MEMORY_LIMIT_GB": 4.0,
     },
     "07_fewer_steps": {
@@ -195,6 +214,74 @@ SMOKE: dict[str, dict] = {
         "INT8_VARIANT": "int8_weights",  # no calibration run
         "QUANT_MEMORY_GB": 4.0,
         "ADHERENCE_PROMPTS": 16,
+        "LAUNCH_DEMO": False,  # one picture through the demo, no controls (CI, the docs site)
+    },
+}
+
+
+#: The rehearsal's overrides, per notebook stem: the full profile at real size on 2 CPU cores and
+#: 24 GiB. Models, variants, dtypes and recipes stay the parameters cell's; only what cannot finish
+#: there changes, each with its reason. The scores of the trained toys (06's DeepCache quality, 07's
+#: adherence against steps) stay: they are measured on the repository's toys, not on the stand-in.
+REHEARSAL: dict[str, dict] = {
+    "00_environment_and_devices": {},  # one text encoder and a tokenizer: the defaults fit
+    "01_sdxl_in_jax": {
+        "HEIGHT": 512,  # 1024x1024 does not fit 24 GiB on the CPU (one 256x256 step peaked at 18 GiB)
+        "WIDTH": 512,  # with HEIGHT
+        "NUM_IMAGES": 1,  # one SDXL image at a time: 2 cores take minutes per step
+        "STEPS": 4,  # every step runs the same compiled program: 4 of 20 measure it
+        "COMPARE_STEPS": 2,  # diffusers in float32 on 2 cores: the comparison's code, not its length
+    },
+    "02_sharding_across_cores": {
+        "HEIGHT": 512,  # as in 01: 1024x1024 does not fit 24 GiB on the CPU
+        "WIDTH": 512,  # with HEIGHT
+        "STEPS": 2,  # the sharded programs, not the length of sampling
+        "IMAGES_PER_DEVICE": 1,  # one image per device: 2 cores
+        "REPEATS": 1,  # one timed call per measurement: CPU timings only check the code here
+    },
+    "03_tpu_performance": {
+        "HEIGHT": 512,  # as in 01: 1024x1024 does not fit 24 GiB on the CPU
+        "WIDTH": 512,  # with HEIGHT
+        "STEPS": 4,  # the same program per step: 4 of 20 measure it
+        "BATCH": 1,  # 2 cores: one image per call
+        "SWEEP_BATCHES": [1, 2],  # the sweep's code with the smallest batches
+        "REPEATS": 1,  # one timed call per measurement
+        "COMPARE_FP32": False,  # a float32 SDXL (14 GB) beside the bf16 one does not fit 24 GiB
+        "BUCKETS": [[512, 512], [576, 448]],  # the default buckets' aspect ratios at 512: compiled on the CPU
+    },
+    "04_openvino_export_and_run": {
+        "STEPS": 10,  # half the steps: SD 1.5 at 512x512 takes seconds per step on 2 cores
+        "TIMING_STEPS": 4,  # the median UNet step needs few steps
+        "TIMING_ROUNDS": 1,  # one round each of dynamic and static
+        "PARITY_STEPS": 4,  # diffusers in float32 on 2 cores: the parity check's code, not its length
+    },
+    "05_int8_quantization": {
+        "STEPS": 10,  # half the steps per image
+        "CALIBRATION_PROMPTS": 4,  # calibration at real size: its code and memory, not its statistics
+        "CALIBRATION_STEPS": 10,  # with half the steps per calibration prompt
+        "CALIBRATION_SAMPLES": 32,  # also NNCF's subset_size: each sample is a UNet pass per quantization
+        "EVAL_PROMPTS": [  # the first two of the parameters cell's four
+            "a photo of an astronaut riding a horse on mars",
+            "a red fox sitting in fresh snow, morning light, telephoto lens",
+        ],
+        # one group kept in float: each group is one more full INT8 quantization of the 860 M UNet
+        "FLOAT_GROUPS": {"resnets": r".*resnets.*"},
+        "BENCH_ITERS": 2,  # timed UNet calls per variant
+    },
+    "06_cpu_benchmark_and_comparison": {
+        "ITERS": 1,  # one timed UNet call per variant: each variant is a child process at 64x64 latents
+        "DEEPCACHE_INTERVALS": [3],  # one interval: each is one more benchmarked child
+    },
+    "07_fewer_steps": {
+        "REPEATS": 1,  # one timed call per configuration after the first
+        "CPU_BASE_STEPS": 10,  # the base sampler at half its steps: SD 1.5 takes seconds per step
+        "CALIBRATION_PROMPTS": 4,  # the hybrid INT8 UNet's calibration: its code and memory at real size
+        "CALIBRATION_SAMPLES": 16,  # as few UNet inputs, for the same reason
+        "JAX_HEIGHT": 512,  # as in 01: SDXL at 1024x1024 does not fit 24 GiB on the CPU
+        "JAX_WIDTH": 512,  # with JAX_HEIGHT
+        "JAX_BASE_STEPS": 4,  # the base SDXL sampler's program, not its 25 steps
+        "JAX_LCM_STEPS": [4],  # each number of steps is one more SDXL program compiled on 2 cores
+        "LAUNCH_DEMO": False,  # nobody clicks the controls of a papermill run: one picture through it
     },
 }
 
@@ -240,9 +327,10 @@ def overrides(
     _check_profile(profile)
     if profile == "full":
         return {}
-    if notebook not in SMOKE:
+    table = {"smoke": SMOKE, "rehearsal": REHEARSAL}[profile]  # read now: a test may swap SMOKE
+    if notebook not in table:
         raise KeyError(
-            f"No smoke settings for {notebook!r}: add them to SMOKE in sdaccel/course/run_profiles.py."
+            f"No {profile} settings for {notebook!r}: add them to {profile.upper()} in sdaccel/course/run_profiles.py."
         )
     folder = str(checkpoints or default_checkpoints())
 
@@ -254,7 +342,7 @@ def overrides(
             return [fill(v) for v in value]
         return value
 
-    return {key: fill(value) for key, value in SMOKE[notebook].items()}
+    return {key: fill(value) for key, value in table[notebook].items()}
 
 
 def tiny_checkpoints_needed(notebook: str) -> set[str]:
@@ -325,6 +413,34 @@ class Started:
     overrides: dict
     line: str
 
+    @property
+    def random_weights(self) -> bool:
+        """Whether the models are the hub stand-in's random weights (the rehearsal): the pictures
+        are noise, and a notebook scores no adherence or CLIP score on them."""
+        return self.profile == "rehearsal"
+
+
+#: What the rehearsal's kernels print under the profile line.
+RANDOM_WEIGHTS_NOTE = (
+    "The models are the hub stand-in's (sdaccel.course.hub_cache): the real architectures and files with "
+    "random weights. This run measures code, memory and time; its pictures are noise, and no adherence "
+    "or CLIP score is computed on them."
+)
+
+
+def check_stand_in(environ=None) -> Path:
+    """The hub cache of the rehearsal's ``HF_HOME``; raises, naming the command that writes it, when
+    it holds no stand-in."""
+    environ = os.environ if environ is None else environ
+    cache = Path(environ.get("HF_HUB_CACHE") or Path(environ.get("HF_HOME") or STAND_IN_HOME) / "hub")
+    if not any(cache.glob("models--*/.sdaccel-stand-in.json")):
+        raise FileNotFoundError(
+            f"The rehearsal reads the hub stand-in, and {cache} holds none: write it first with "
+            f"`python -m sdaccel.course.hub_cache {cache.parent}` (random weights, about 12 GB), "
+            "or run `make rehearsal`, which does."
+        )
+    return cache
+
 
 def start(notebook: str, namespace: dict | None = None) -> Started:
     """Apply the kernel's profile to a notebook's parameters and say which profile and devices it has.
@@ -342,6 +458,10 @@ def start(notebook: str, namespace: dict | None = None) -> Started:
         namespace.update(values)
     if profile == "smoke":
         what = f"smoke: {len(values)} settings swapped for the 1 M-parameter tiny-shapes checkpoints"
+    elif profile == "rehearsal":
+        check_stand_in()
+        what = f"rehearsal: the full profile at real size, {len(values)} settings swapped to finish on 2 cores and 24 GiB"
+        what += f".\n{RANDOM_WEIGHTS_NOTE[:-1]}"
     else:
         what = f"full: the parameters cell as written (set {PROFILE_VAR}=smoke for a quick run)"
     line = f"Profile {what}.\nDevices: {describe_devices()}."

@@ -40,7 +40,7 @@ from pathlib import Path
 import numpy as np
 
 from sdaccel.core.checkpoint import resolve_checkpoint
-from sdaccel.core.env import cpu_features, cpu_model, cpuinfo_text
+from sdaccel.core.env import cpu_features, cpu_model
 from sdaccel.core.timing import time_calls
 
 
@@ -498,15 +498,15 @@ def machine_info() -> dict:
     import psutil
     import torch
 
-    flags = cpuinfo_text() or ""  # the CPU as sdaccel.core.env reads it
+    flags = cpu_features()  # the CPU as sdaccel.core.env reads it (x86 flags or ARM features)
     return {
         "cpu": cpu_model(),
         "logical_cores": psutil.cpu_count(),
         "physical_cores": psutil.cpu_count(logical=False),
-        "avx512_vnni": "avx512_vnni" in flags,
-        "avx512_bf16": "avx512_bf16" in flags,
-        "amx": "amx_tile" in flags,
-        "cpu_flags": cpu_features(),
+        "avx512_vnni": flags.get("avx512_vnni", False),
+        "avx512_bf16": flags.get("avx512_bf16", False),
+        "amx": flags.get("amx_tile", False),
+        "cpu_flags": flags,
         "memory_gb": round(psutil.virtual_memory().total / 2**30, 1),
         "openvino": ov.get_version(),
         "nncf": nncf.__version__,
@@ -537,11 +537,10 @@ def run_child(
     print(f"  {label} ...", end="", flush=True)
     load = os.getloadavg()[0]
     run = run_with_memory_limit(fn, *args, limit_gb=limit_gb, **kwargs)
-    run.load = (load, os.getloadavg()[0])
+    run.load = (load, os.getloadavg()[0])  # kept in the JSON (load_avg), not printed
     status = "ok" if run.ok else run.error.splitlines()[0][:200]
     print(
-        f" {run.seconds:.0f} s, peak RSS {run.peak_rss_gb:.1f} GiB (anonymous {run.peak_anon_gb:.1f}), "
-        f"load {load:.1f}, {status}",
+        f" {run.seconds:.0f} s, peak RSS {run.peak_rss_gb:.1f} GiB (anonymous {run.peak_anon_gb:.1f}), {status}",
         flush=True,
     )
     return run

@@ -38,7 +38,8 @@ def measure(
     ``num_prompts`` held-out prompts (image ``i`` seeded with ``i``) are generated with: f32
     without cache; f32 with DeepCache at each of ``intervals``; full INT8 without cache; full INT8
     with DeepCache at each of ``int8_intervals`` (the plain UNet and the two DeepCache IRs are each
-    quantized on the same calibration data). Every pipeline is compiled with
+    quantized on the same calibration data; with no ``int8_intervals``, the DeepCache IRs are not
+    quantized). Every pipeline is compiled with
     ``INFERENCE_PRECISION_HINT=f32``, so the only differences are the cache and INT8. Per
     configuration: the prompt adherence (:func:`sdaccel.toy.dataset.adherence`), PSNR/SSIM against the
     f32 uncached images, UNet calls per image (full / shallow) and the median seconds per image
@@ -71,7 +72,14 @@ def measure(
     f32 = OVPipeline.from_pretrained(export, precision="f32")
     tick = time.perf_counter()
     plain_int8, deep_int8 = quantize_full_int8(
-        f32, export, deep, work, call, calibration_prompts, calibration_samples, progress
+        f32,
+        export,
+        deep if int8_intervals else None,
+        work,
+        call,
+        calibration_prompts,
+        calibration_samples,
+        progress,
     )
     quantize_s = time.perf_counter() - tick
     int8 = OVPipeline.from_pretrained(export, precision="f32")
@@ -82,8 +90,11 @@ def measure(
     parts = compile_parts(deep, f32)
     configs |= {f"f32+deepcache(N={n})": (f32, DeepCache(*parts, interval=n)) for n in intervals}
     configs["full_int8"] = (int8, None)
-    parts = compile_parts(deep_int8, int8)
-    configs |= {f"full_int8+deepcache(N={n})": (int8, DeepCache(*parts, interval=n)) for n in int8_intervals}
+    if int8_intervals:
+        parts = compile_parts(deep_int8, int8)
+        configs |= {
+            f"full_int8+deepcache(N={n})": (int8, DeepCache(*parts, interval=n)) for n in int8_intervals
+        }
 
     # 4. The held-out prompts through each, scored against the prompts and the f32 images
     prompts = dataset.heldout_prompts(num_prompts)
@@ -115,11 +126,12 @@ def measure(
 
 
 def quantize_full_int8(
-    f32, export: Path, deep: Path, work: Path, call: dict, prompts: int, samples: int, progress: bool
-) -> tuple[Path, Path]:
+    f32, export: Path, deep: Path | None, work: Path, call: dict, prompts: int, samples: int, progress: bool
+) -> tuple[Path, Path | None]:
     """Calibrate on training captions with the f32 pipeline (``samples`` UNet inputs over
-    ``prompts`` captions), then quantize the plain UNet and the DeepCache IRs to full INT8 on that
-    data; returns the INT8 UNet's XML and the INT8 DeepCache folder."""
+    ``prompts`` captions), then quantize the plain UNet and the DeepCache IRs (unless ``deep`` is
+    None) to full INT8 on that data; returns the INT8 UNet's XML and the INT8 DeepCache folder
+    (None when ``deep`` is)."""
     from sdaccel.cpu.quantize import quantize_ir
     from sdaccel.toy.calibration import calibrate_on_training_captions
 
@@ -135,6 +147,8 @@ def quantize_full_int8(
     )
     plain_int8 = work / "unet_full_int8" / MODEL_XML
     quantize_ir(export / "unet" / MODEL_XML, plain_int8, "full_int8", calibration.folder, samples)
+    if deep is None:
+        return plain_int8, None
     deep_int8 = work / f"{FOLDER}_full_int8"
     quantize_deepcache(deep, deep_int8, calibration, subset_size=samples)
     return plain_int8, deep_int8

@@ -292,6 +292,7 @@ def build_random_checkpoint(
     seed: int = 0,
     weight_dtype: str = "fp32",
     configs: dict[str, dict] | None = None,
+    variants: dict[str | None, str] | None = None,
 ) -> dict:
     """The real architecture ``name`` (a key of :data:`REFERENCE_ARCHITECTURES`: ``sd15``, ``sdxl``) with random
     weights (PyTorch's default initialisation, seeded), as a diffusers folder that
@@ -306,7 +307,10 @@ def build_random_checkpoint(
     of 13.9 GB) and the same timings, since every loader here upcasts to the dtype it is asked for
     (the benchmarks ask for float32); the random values are drawn in float32 and rounded once.
     ``configs``: component -> config replacing the reference one (a test builds a shrunk
-    architecture with it). Built in a hidden staging folder beside ``folder`` and renamed into place
+    architecture with it). ``variants``: the weight files of each component, as variant -> dtype
+    (``None`` names the default files, ``"fp16"`` the ``*.fp16.safetensors`` that ``variant="fp16"``
+    loads), e.g. ``{None: "fp32", "fp16": "fp16"}`` as the hub's SD repositories hold them; by
+    default ``{None: weight_dtype}``. Built in a hidden staging folder beside ``folder`` and renamed into place
     when whole (:func:`sdaccel.core.staging.staged_folder`): two builders of one folder take turns,
     and what a killed one left is removed by the next."""
     import torch
@@ -316,8 +320,12 @@ def build_random_checkpoint(
             f"no reference architecture {name!r}: choose one of {sorted(REFERENCE_ARCHITECTURES)}."
         )
     dtypes = {"fp32": torch.float32, "fp16": torch.float16}
-    if weight_dtype not in dtypes:
-        raise ValueError(f"weight_dtype must be one of {sorted(dtypes)}, got {weight_dtype!r}.")
+    files = {None: weight_dtype} if variants is None else dict(variants)
+    for dtype in (weight_dtype, *files.values()):
+        if dtype not in dtypes:
+            raise ValueError(f"weight_dtype must be one of {sorted(dtypes)}, got {dtype!r}.")
+    # the widest first: a module rounded to float16 cannot be saved in float32 again
+    weights = sorted(((v, dtypes[d]) for v, d in files.items()), key=lambda vd: -vd[1].itemsize)
     reference = resources.files("sdaccel").joinpath("reference_configs", REFERENCE_ARCHITECTURES[name])
     components = SDXL_COMPONENTS if name == "sdxl" else SD15_COMPONENTS
 
@@ -328,20 +336,22 @@ def build_random_checkpoint(
 
     folder = Path(folder)
     with staging.staged_folder(folder) as stage:
-        _build_reference(stage, name, seed, components, config, dtypes[weight_dtype])
+        _build_reference(stage, name, seed, components, config, weights)
     return {"disk_bytes": disk_bytes(folder), "weight_dtype": weight_dtype}
 
 
-def _build_reference(tmp: Path, name: str, seed: int, components: dict, config, dtype) -> None:
+def _build_reference(tmp: Path, name: str, seed: int, components: dict, config, weights) -> None:
     """The components of :func:`build_random_checkpoint`, written into the empty folder ``tmp``:
-    ``config(component)`` gives each one's config, ``dtype`` the torch dtype of the weights."""
+    ``config(component)`` gives each one's config, ``weights`` the (variant, torch dtype) of each
+    weight file, widest dtype first."""
     import diffusers
     import torch
     import transformers
     from diffusers import AutoencoderKL, UNet2DConditionModel
 
     def save(module, component: str) -> None:
-        module.to(dtype).save_pretrained(tmp / component)
+        for variant, dtype in weights:
+            module.to(dtype).save_pretrained(tmp / component, variant=variant)
 
     # seeds as before the SDXL layout: unet seed, text_encoder seed + 1, vae seed + 2
     torch.manual_seed(seed)

@@ -15,6 +15,8 @@ imported here, so that running one does not import it twice: import them as modu
   the guidance batch, :func:`classifier_free_guidance`, the scheduler's step), as
   ``JaxPipeline.denoise_and_decode`` runs it.
 - :func:`describe_unet`: the UNet's blocks and layers, from its config alone.
+- :func:`guidance_scale_embedding`: the guidance scale as a guidance-distilled (LCM) UNet's
+  ``timestep_cond``, as ``JaxPipeline.denoise_and_decode`` computes it.
 
 ## Models and weights
 
@@ -26,6 +28,8 @@ imported here, so that running one does not import it twice: import them as modu
 
 - :func:`fuse_lora`, :func:`unfuse_lora`, :func:`fused_adapters` (reading the files:
   :mod:`sdaccel.core.lora_files`).
+- :func:`fuse_layer`: ``W + scale * alpha / r * up @ down`` for one weight, in our layout, as
+  ``fuse_lora`` writes it into every layer an adapter names.
 
 ## Sharding
 
@@ -61,8 +65,9 @@ from __future__ import annotations
 
 from sdaccel.tpu import distributed, sharding, topology
 from sdaccel.tpu.aot import AOTCache, Compiled, aot_compile, xla_flops
-from sdaccel.tpu.lora import fuse_lora, fused_adapters, unfuse_lora
+from sdaccel.tpu.lora import fuse_layer, fuse_lora, fused_adapters, unfuse_lora
 from sdaccel.tpu.models.clip import load_text_encoder
+from sdaccel.tpu.models.unet import guidance_scale_embedding
 from sdaccel.tpu.models.weights import abstract_model, count_params, load_weights
 from sdaccel.tpu.pipeline import (
     JaxPipeline,
@@ -96,6 +101,7 @@ __all__ = [
     "denoising_loop",
     "classifier_free_guidance",
     "describe_unet",
+    "guidance_scale_embedding",
     # Models and weights
     "load_text_encoder",
     "load_weights",
@@ -105,6 +111,7 @@ __all__ = [
     "fuse_lora",
     "unfuse_lora",
     "fused_adapters",
+    "fuse_layer",
     # Sharding
     "sharding",
     "make_mesh",

@@ -4,6 +4,7 @@ The adapters are read by :mod:`sdaccel.core.lora_files` (diffusers/peft and kohy
 :func:`fuse_lora` checks every adapter against the pipeline first (every module exists, every
 shape matches) and changes nothing when one does not; then it adds the deltas one tensor at a
 time, computed in float32 and cast back to the weight's dtype, keeping each weight's sharding.
+:func:`fuse_layer` is that sum for one weight.
 :func:`unfuse_lora` subtracts the same deltas. In float32 the round trip is exact to about 1e-7
 relative; in bfloat16 each fuse and unfuse rounds the weight to 8 bits of mantissa, so the
 round trip moves a weight by up to about one bf16 step (2^-8 relative) of ``|W| + |delta|``:
@@ -17,7 +18,7 @@ import weakref
 from collections.abc import Sequence
 
 from sdaccel.core.checkpoint import torch_key
-from sdaccel.core.lora_files import LoraAdapter, resolve_adapters
+from sdaccel.core.lora_files import LoraAdapter, LoraLayer, resolve_adapters
 
 _FUSED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
@@ -52,9 +53,23 @@ def lora_targets(pipeline) -> dict[str, dict[str, tuple[int, ...]]]:
     return {c: {m: s for m, (s, _) in _kernels(st).items()} for c, st in _states(pipeline).items()}
 
 
+def fuse_layer(kernel, layer: LoraLayer, scale: float):
+    """One weight with one LoRA layer fused: ``W + scale * alpha / r * up @ down``.
+
+    ``kernel`` is the weight in our NNX layout, the transpose of PyTorch's: (in, out) for a
+    linear layer, (kh, kw, in, out) for a convolution; ``layer`` is a
+    :class:`~sdaccel.core.lora_files.LoraLayer` (PyTorch layout). The sum is computed in float32
+    and cast back to the kernel's dtype. :func:`fuse_lora` writes this into every layer the
+    adapter names (``scale`` negated to unfuse)."""
+    import jax.numpy as jnp
+
+    delta = layer.delta(scale)  # scale * alpha / r * up @ down, float32, (out, in[, kh, kw])
+    delta = delta.transpose(2, 3, 1, 0) if delta.ndim == 4 else delta.T  # -> (in, out) / (kh, kw, in, out)
+    return (kernel.astype(jnp.float32) + jnp.asarray(delta)).astype(kernel.dtype)
+
+
 def _apply(pipeline, adapters: Sequence[tuple[LoraAdapter, float]], sign: float) -> None:
     import jax
-    import jax.numpy as jnp
 
     states = _states(pipeline)
     for adapter, scale in adapters:
@@ -63,10 +78,8 @@ def _apply(pipeline, adapters: Sequence[tuple[LoraAdapter, float]], sign: float)
             for module, layer in layers.items():
                 _, variable = kernels[module]
                 weight = variable.get_value()
-                delta = layer.delta(sign * scale)  # (out, in[, kh, kw]) -> our layout
-                delta = delta.transpose(2, 3, 1, 0) if delta.ndim == 4 else delta.T
                 sharding = getattr(weight, "sharding", None)
-                new = (weight.astype(jnp.float32) + jnp.asarray(delta)).astype(weight.dtype)
+                new = fuse_layer(weight, layer, sign * scale)
                 variable.set_value(jax.device_put(new, sharding) if sharding is not None else new)
 
 
