@@ -366,14 +366,23 @@ RECORD_VAR = "SDACCEL_RECORD_CHECKED"
 
 def checked_outputs(nb: dict) -> str:
     """The checked cells of an executed notebook, each as a ``## cell <id>`` line and the text it
-    printed (streams and plain-text results, as nbval compares them)."""
+    printed: its streams and the plain text of its results, with terminal colours taken out (a
+    figure's display is compared by the notebook's own checks, not here)."""
+    import re
+
     parts = []
     for cell in nb["cells"]:
         if checked(cell):
             text = "".join(
-                "".join(out.get("text", "")) + "".join(out.get("data", {}).get("text/plain", ""))
+                "".join(out.get("text", "") if out["output_type"] == "stream" else "")
+                + "".join(
+                    out.get("data", {}).get("text/plain", "")
+                    if out["output_type"] == "execute_result"
+                    else ""
+                )
                 for out in cell.get("outputs", [])
             )
+            text = re.sub(r"\x1b\[[0-9;]*m", "", text)
             parts.append(f"## cell {cell.get('id', '?')}\n{text.rstrip()}\n")
     return "\n".join(parts)
 
@@ -390,9 +399,13 @@ def changed_lines(expected: str, now: str, name: str) -> str:
 
 def test_a_moved_fact_shows_as_a_diff():
     cell = {"cell_type": "code", "id": "c1", "metadata": {}, "source": "# NBVAL_CHECK_OUTPUT\nprint(x)"}
-    before = {"cells": [{**cell, "outputs": [{"output_type": "stream", "text": "params: 12\n"}]}]}
+    figure = {"output_type": "display_data", "data": {"text/plain": "<Figure size 8x3 with 1 Axes>"}}
+    coloured = {"output_type": "stream", "text": "\x1b[38;2;255;255;255mCPU 0\x1b[0m\n"}
+    before = {
+        "cells": [{**cell, "outputs": [{"output_type": "stream", "text": "params: 12\n"}, figure, coloured]}]
+    }
     after = {"cells": [{**cell, "outputs": [{"output_type": "stream", "text": "params: 13\n"}]}]}
-    assert checked_outputs(before) == "## cell c1\nparams: 12\n"
+    assert checked_outputs(before) == "## cell c1\nparams: 12\nCPU 0\n"
     assert changed_lines(checked_outputs(before), checked_outputs(before), "nb.txt") == ""
     diff = changed_lines(checked_outputs(before), checked_outputs(after), "nb.txt")
     assert "-params: 12" in diff and "+params: 13" in diff

@@ -318,7 +318,7 @@ def check_x86_cpu(machine: str, flags: dict[str, bool], cpu_notebooks: bool) -> 
         if flags.get("avx512_vnni")
         else "AVX2 only (slower INT8 kernels than VNNI: small gains)"
     )
-    bf16 = "AMX" if flags.get("amx_bf16") else "AVX-512 BF16" if flags.get("avx512_bf16") else "emulated"
+    bf16 = "AMX" if flags.get("amx_bf16") else "AVX-512 BF16" if flags.get("avx512_bf16") else "none (f32)"
     return ok(
         "cpu", f"{machine}: INT8 acceleration {int8}; bf16 {bf16}", arch=machine, flags=flags, have=have
     )

@@ -1,0 +1,135 @@
+"""Exercise 06.3, whose answer is the lesson's OpenVINO code: the UNet reshaped to static shapes,
+compiled with ``{"INFERENCE_PRECISION_HINT": "f32", "PERFORMANCE_HINT": "LATENCY"}``, one warm-up
+call, then the median of timed calls. On the tiny SD 1.5 checkpoint: the notebook's setup cell
+exports the UNet as the benchmark does when it is missing, the solution passes its check, the
+attendee's copy (solution stripped) is "not answered yet", and wrong answers are "not quite"."""
+
+from __future__ import annotations
+
+import json
+import statistics
+from pathlib import Path
+
+import pytest
+
+ov = pytest.importorskip("openvino")
+
+from sdaccel.course import exercises as ex  # noqa: E402
+from sdaccel.cpu.precision import precision_name  # noqa: E402
+
+NB06 = Path(__file__).resolve().parents[2] / "notebooks" / "06_cpu_benchmark_and_comparison.ipynb"
+
+
+def cells() -> dict[str, str]:
+    """The setup cell of exercise 06.3, its solution, the attendee's stub and its check."""
+    nb = json.loads(NB06.read_text())
+    (found,) = [e for e in ex.exercises(nb, NB06.name) if e.id == "06.3"]
+    setup = nb["cells"][found.task - 1]
+    assert setup["cell_type"] == "code" and not ex.tags(setup), "an untagged setup cell before the task"
+    return {
+        "setup": ex.source(setup),
+        "solution": ex.source(nb["cells"][found.solution]),
+        "stub": ex.source(ex.attendee_copy(nb, NB06.name)["cells"][found.solution]),
+        "check": ex.source(nb["cells"][found.check]),
+    }
+
+
+def run(code: str, ns: dict, name: str = "<cell>") -> dict:
+    exec(compile(code, name, "exec"), ns)
+    return ns
+
+
+@pytest.fixture(scope="module")
+def exercise(tiny_sd15, tmp_path_factory):
+    """The notebook's namespace after the setup cell, as with BENCH_JSON (no IR of the benchmark
+    here, so the cell exports it), and the exercise's cells."""
+    out = tmp_path_factory.mktemp("nb06")
+    code = cells()
+    ns = {
+        "ov": ov,
+        "out": out,
+        "model_key": tiny_sd15.name,
+        "MODEL_ID": str(tiny_sd15),
+        "bench": {"settings": {"batch": 2}},
+        "results": {"latent": 8},
+    }
+    run(code["setup"], ns, "06.3 setup")
+    assert ns["unet_xml"] == out / "ir" / tiny_sd15.name / "unet_fp16.xml" and ns["unet_xml"].is_file()
+    assert ns["sample"]["sample"].shape == (2, 4, 8, 8)
+    return ns, code
+
+
+def test_exercise_06_3_solution_passes_and_the_stub_is_not_answered(exercise, capsys):
+    ns, code = exercise
+    ns = run(code["solution"], dict(ns), "06.3 solution")
+    run(code["check"], ns, "06.3 check")  # right: no exception
+    assert "Exercise 06.3: right" in capsys.readouterr().out
+    compiled, times, median_s = ns["unet_timing"]
+    assert precision_name(compiled.get_property("INFERENCE_PRECISION_HINT")) == "f32"
+    assert len(times) >= 3 and median_s == statistics.median(times) > 0
+
+    stub = run(code["stub"], {})
+    with pytest.raises(ex.ExerciseNotDone, match="06.3: not answered yet"):
+        run(code["check"], stub)
+
+
+def test_exercise_06_3_wrong_answers_fail(exercise):
+    ns, code = exercise
+    ns = dict(ns)
+    core, sample = ov.Core(), ns["sample"]
+
+    def compiled_with(config, shapes=True):
+        model = core.read_model(ns["unet_xml"])
+        if shapes:
+            model.reshape(
+                {
+                    name: list(value.shape) if shapes is True else shapes[name]
+                    for name, value in sample.items()
+                }
+            )
+        return core.compile_model(model, "CPU", config)
+
+    right_config = {"INFERENCE_PRECISION_HINT": "f32", "PERFORMANCE_HINT": "LATENCY"}
+    right = compiled_with(right_config)
+    request = right.create_infer_request()
+    request.infer(sample)
+    times = []
+    for _ in range(3):
+        request.infer(sample)
+        times.append(request.latency / 1e3)  # ms -> s, OpenVINO's own clock
+    median_s = statistics.median(times)
+    ns["unet_timing"] = (right, times, median_s)
+    run(code["check"], ns, "right, timed by OpenVINO's clock")  # the check's own timing agrees
+
+    smaller = {
+        name: [1, *value.shape[1:]] if value.ndim > 1 else list(value.shape) for name, value in sample.items()
+    }
+    wrong = {
+        "throughput hint": (  # (no hint at all is LATENCY on the CPU plugin: not told apart)
+            compiled_with({"INFERENCE_PRECISION_HINT": "f32", "PERFORMANCE_HINT": "THROUGHPUT"}),
+            times,
+            median_s,
+        ),
+        "dynamic shapes (not reshaped)": (compiled_with(right_config, shapes=False), times, median_s),
+        "reshaped to batch 1": (compiled_with(right_config, shapes=smaller), times, median_s),
+        "the model, not compiled": (core.read_model(ns["unet_xml"]), times, median_s),
+        "the mean, not the median": (right, [median_s, 2 * median_s, 6 * median_s], 3 * median_s),
+        "two timed calls": (right, times[:2], statistics.median(times[:2])),
+        "milliseconds": (right, [1e3 * t for t in times], 1e3 * median_s),
+        "timed nothing": (right, [1e-7] * 3, 1e-7),
+        "a negative time": (right, [-median_s] * 3, -median_s),
+        "the median alone": median_s,
+        "not a triple": (right, median_s),
+    }
+    default = compiled_with({"PERFORMANCE_HINT": "LATENCY"})
+    if precision_name(default.get_property("INFERENCE_PRECISION_HINT")) != "f32":  # bf16 (or f16) by default
+        wrong["precision hint missing"] = (default, times, median_s)
+        wrong["bf16 asked"] = (
+            compiled_with({"INFERENCE_PRECISION_HINT": "bf16", "PERFORMANCE_HINT": "LATENCY"}),
+            times,
+            median_s,
+        )
+    for name, answer in wrong.items():
+        ns["unet_timing"] = answer
+        with pytest.raises(ex.ExerciseNotDone, match="06.3: not quite"):
+            run(code["check"], ns, name)
