@@ -100,10 +100,10 @@ def test_hybrid_quantizes_convolutions_and_compresses_matmuls(unet_ir, tmp_path)
 
 
 def test_ignored_scope_can_be_replaced():
-    scope = Q._ignored(["foo.*"])
+    scope = Q.ignored_scope_of(["foo.*"])
     assert scope.patterns == ["foo.*"] and not scope.validate
-    assert Q._ignored(None).patterns == list(Q.SENSITIVE_LAYER_PATTERNS)
-    assert Q._ignored(()).patterns == []
+    assert Q.ignored_scope_of(None).patterns == list(Q.SENSITIVE_LAYER_PATTERNS)
+    assert Q.ignored_scope_of(()).patterns == []
 
 
 def test_unknown_variant_is_rejected():

@@ -18,31 +18,11 @@ REFERENCE = ROOT / "src" / "sdaccel" / "reference_configs" / "sdxl-base-1.0"
 
 def shrunk_configs() -> dict[str, dict]:
     """SDXL base's reference configs with every width, depth and count made small, and everything
-    else (classes, the added time conditioning, force_upcast, the scaling factor) kept."""
-    configs = {p.stem: json.loads(p.read_text()) for p in REFERENCE.glob("*.json")}
-    configs["unet"].update(
-        block_out_channels=[32, 64, 64],
-        layers_per_block=1,
-        transformer_layers_per_block=[1, 1, 2],
-        attention_head_dim=[2, 4, 4],
-        cross_attention_dim=64,  # the two encoders' hidden states side by side: 32 + 32
-        addition_time_embed_dim=8,
-        projection_class_embeddings_input_dim=6 * 8 + 32,  # six time ids + the pooled projection
-        norm_num_groups=8,
-        sample_size=8,
-    )
-    for name in ("text_encoder", "text_encoder_2"):
-        configs[name].update(
-            hidden_size=32,
-            intermediate_size=64,
-            num_hidden_layers=2,
-            num_attention_heads=2,
-            projection_dim=32,
-        )
-    configs["vae"].update(
-        block_out_channels=[8, 16, 16, 16], layers_per_block=1, norm_num_groups=4, sample_size=32
-    )
-    return configs
+    else (classes, the added time conditioning, force_upcast, the scaling factor) kept: the hub
+    stand-in's tiny scale (sdaccel.course.hub_cache.tiny_configs)."""
+    from sdaccel.course.hub_cache import tiny_configs
+
+    return tiny_configs("sdxl")
 
 
 def build(folder: Path, weight_dtype: str, name: str = "sdxl", configs: dict | None = None) -> dict:

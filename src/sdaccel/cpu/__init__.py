@@ -28,11 +28,14 @@ PyTorch). Import the module you need, e.g. ``from sdaccel.cpu.export import expo
   ``quantize_hybrid``, ``compress_weights_int8``, ``collect_unet_inputs``, ``CalibrationSet``,
   ``read_prompts``, ``time_unet``, ``ir_size_bytes``, ``SENSITIVE_LAYER_PATTERNS``,
   ``matching_layers``, ``ignored_layers``, ``weighted_matmul_and_gather_names``, ``describe_ir``,
-  ``default_budget_gb``, ``estimate_peak_gb``, ``no_progress_bars``
+  ``default_budget_gb``, ``estimate_peak_gb``, ``no_progress_bars``, ``ignored_scope_of``,
+  ``smooth_quant_parameters``
 - :mod:`ir_parts`: ``plan_parts``, ``PartPlan``, ``cut``, ``stitch``
 - :mod:`quantize_vae`: ``quantize_vae_decoder``, ``decoder_inputs``, ``decode``
 - :mod:`sensitivity`: ``quantize_for_ranking``, ``rank_groups``, ``only_group``,
   ``quantizer_groups``, ``group_of``, ``float_group_patterns``, ``format_table``, ``plot_ranking``
+- :mod:`accuracy_control`: ``quantize_with_accuracy_control``, ``check_request``, ``checked_result``,
+  ``activation_quantizers``, ``recording_search``, ``VARIANTS``
 
 ## Speed-ups
 - :mod:`deepcache`: ``DeepCache``, ``export_deepcache``, ``quantize_deepcache``, ``compile_parts``
@@ -55,6 +58,7 @@ PyTorch). Import the module you need, e.g. ``from sdaccel.cpu.export import expo
 """
 
 __all__ = [
+    "accuracy_control",
     "benchmark",
     "deepcache",
     "export",

@@ -233,7 +233,7 @@ def ignored_layers(model, ignored_scope, types: Sequence[str] = ("Convolution", 
     ]
 
 
-def _ignored(ignored):
+def ignored_scope_of(ignored):
     """``None`` -> the sensitive layers; ``()``/``[]`` -> nothing; patterns -> a scope of them;
     an ``nncf.IgnoredScope`` as is."""
     import nncf
@@ -264,10 +264,12 @@ def compress_weights_int8(model, *, symmetric: bool = False, ignored=()):
     import nncf
 
     mode = nncf.CompressWeightsMode.INT8_SYM if symmetric else nncf.CompressWeightsMode.INT8_ASYM
-    return nncf.compress_weights(read_model(model), mode=mode, ignored_scope=_ignored(ignored))
+    return nncf.compress_weights(read_model(model), mode=mode, ignored_scope=ignored_scope_of(ignored))
 
 
-def _smooth_quant_params(smooth_quant_alpha: float | None, **advanced):
+def smooth_quant_parameters(smooth_quant_alpha: float | None, **advanced):
+    """NNCF's advanced parameters with SmoothQuant's MatMul alpha (``None``: SmoothQuant off) and
+    any other ``advanced`` field (``disable_bias_correction=True``...)."""
     from nncf.quantization.advanced_parameters import (
         AdvancedQuantizationParameters,
         AdvancedSmoothQuantParameters,
@@ -329,8 +331,8 @@ def quantize_full(
         dataset,
         subset_size=subset_size,
         model_type=nncf.ModelType.TRANSFORMER,
-        ignored_scope=_ignored(ignored),
-        advanced_parameters=_smooth_quant_params(
+        ignored_scope=ignored_scope_of(ignored),
+        advanced_parameters=smooth_quant_parameters(
             smooth_quant_alpha,
             disable_bias_correction=not bias_correction,
             backend_params={"compress_weights": fold_weights},
@@ -402,7 +404,7 @@ def quantize_hybrid(
     weighted = weighted_matmul_and_gather_names(model)
     mode = nncf.CompressWeightsMode.INT8_SYM if symmetric_weights else nncf.CompressWeightsMode.INT8_ASYM
     model = nncf.compress_weights(model, mode=mode, ignored_scope=nncf.IgnoredScope(types=["Convolution"]))
-    scope = _ignored(ignored)
+    scope = ignored_scope_of(ignored)
     scope = nncf.IgnoredScope(
         names=[*scope.names, *weighted],
         patterns=list(scope.patterns),
@@ -415,7 +417,7 @@ def quantize_hybrid(
         subset_size=subset_size,
         model_type=nncf.ModelType.TRANSFORMER,
         ignored_scope=scope,
-        advanced_parameters=_smooth_quant_params(None),
+        advanced_parameters=smooth_quant_parameters(None),
     )
 
 

@@ -58,9 +58,14 @@ OpenVINO or JAX when called. Import the module you need (``from sdaccel.toy impo
 - ``sensitivity_quality.measure``, ``sensitivity_quality.format_tables``: the layer groups ranked
   by what full INT8 costs each, and the recipe that keeps the k costliest in float
   (``python -m sdaccel.toy.sensitivity_quality``).
+- ``accuracy_control.measure``, ``accuracy_control.format_table``,
+  ``accuracy_control.AdherenceValidation``, ``accuracy_control.split_heldout``: NNCF's
+  accuracy-controlled INT8 within an adherence bound, judged on held-out prompts the search never
+  saw (``python -m sdaccel.toy.accuracy_control``).
 """
 
 __all__ = [
+    "accuracy_control",
     "adherence",
     "adherence_steps",
     "calibration",

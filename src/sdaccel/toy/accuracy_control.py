@@ -1,0 +1,297 @@
+"""Accuracy-controlled INT8 (:mod:`sdaccel.cpu.accuracy_control`) on a trained shapes checkpoint:
+NNCF keeps the UNet's prompt adherence within ``max_drop`` of f32, and the result is judged on
+held-out prompts that the search never saw.
+
+    python -m sdaccel.toy.accuracy_control --checkpoint checkpoints/tiny-shapes-sd15 --out build/accuracy_control.json
+
+1. Export the checkpoint in f32 and calibrate on training captions (as :mod:`sdaccel.toy.adherence`).
+2. Split ``heldout_prompts(2n)`` in two halves, each with its own noise: the first ``n`` validate
+   the search (:class:`AdherenceValidation`), the other ``n`` judge its result.
+3. The search (:func:`sdaccel.cpu.accuracy_control.quantize_with_accuracy_control`).
+4. On the judging half: the adherence of f32, plain INT8 of the same recipe and the
+   accuracy-controlled UNet, their PSNR against f32, and seconds per UNet call of each (the
+   plugin's default precision; :func:`sdaccel.cpu.quantize.time_unet`), with "best float" the
+   faster of f32 and that default.
+
+The toy's seconds are a toy's: they show the direction, not the size, of a real UNet's change.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from sdaccel.core.checkpoint import read_config
+from sdaccel.core.tables import markdown_table
+from sdaccel.toy import dataset
+from sdaccel.toy.comparison import paired_latents, uint8_images
+
+#: Weight of the PSNR term of :class:`AdherenceValidation`, and the PSNR (dB) that counts as full.
+PSNR_WEIGHT = 0.002
+PSNR_CAP_DB = 60.0
+
+
+class AdherenceValidation:
+    """The validation function of the search: ``validate(compiled_unet, items)`` generates the
+    images of ``items`` (indices into ``prompts``) with the candidate UNet in ``pipe`` and returns
+    ``(metric, per-item values)``.
+
+    Per item: ``hit + PSNR_WEIGHT * min(PSNR, PSNR_CAP_DB) / PSNR_CAP_DB``, where ``hit`` is 1 when
+    the image's colour and shape match its prompt (:func:`sdaccel.toy.dataset.adherence`) and PSNR
+    is against the f32 UNet's image from the same noise (``inf``, so full, for f32 itself). The
+    metric is their mean: adherence plus at most 0.002. Adherence alone is too coarse to rank
+    NNCF's groups on a few items (steps of 1/n, most groups tie); the PSNR term breaks the ties
+    and never outweighs one image's hit. It can only add to a drop (f32 has the full term), so a
+    result within ``max_drop`` of this metric is within ``max_drop`` in adherence.
+    """
+
+    def __init__(self, pipe, prompts: Sequence[str], latents, steps: int, guidance_scale: float, size: int):
+        self.pipe, self.prompts, self.latents = pipe, list(prompts), np.asarray(latents)
+        self.call = dict(steps=steps, guidance_scale=guidance_scale, height=size, width=size)
+        self.items = list(range(len(self.prompts)))
+        self.reference = self.images(pipe.unet, self.items)
+
+    def images(self, unet, items: Sequence[int]) -> list[np.ndarray]:
+        """The images of ``items`` with ``unet`` (compiled, or a path) in the pipeline."""
+        self.pipe.replace_unet(unet)
+        prompts = [self.prompts[i] for i in items]
+        return uint8_images(self.pipe.generate(prompts, latents=self.latents[list(items)], **self.call).array)
+
+    def __call__(self, compiled, items) -> tuple[float, list[float]]:
+        from sdaccel.cpu.quality import psnr
+
+        items = list(items)
+        values = []
+        for i, image in zip(items, self.images(compiled, items), strict=True):
+            hit = dataset.adherence([image], [self.prompts[i]])["score"]
+            closeness = min(psnr(self.reference[i], image), PSNR_CAP_DB) / PSNR_CAP_DB
+            values.append(hit + PSNR_WEIGHT * closeness)
+        return float(np.mean(values)), values
+
+
+def split_heldout(n: int, seed: int = 0) -> tuple[list[str], list[str]]:
+    """``heldout_prompts(2n)`` in two halves: the search's and the judge's, which share no
+    prompt (so ``2n`` is at most the number of held-out combinations, 63)."""
+    most = len(dataset.heldout_combinations()) // 2
+    if not 1 <= n <= most:
+        raise ValueError(
+            f"{n} prompts per half: use 1 to {most}, so that the prompts that judge the search are "
+            "not among those it validated on (the held-out split has 63 combinations)."
+        )
+    prompts = dataset.heldout_prompts(2 * n, seed=seed)
+    return prompts[:n], prompts[n:]
+
+
+def judge(pipe, unets: dict, prompts, latents, steps: int, guidance_scale: float, size: int) -> dict:
+    """Adherence of each UNet on the judging prompts, and PSNR against the first (f32)."""
+    from sdaccel.cpu.quality import compare_images
+
+    call = dict(steps=steps, guidance_scale=guidance_scale, height=size, width=size)
+    rows, reference = {}, None
+    for name, xml in unets.items():
+        pipe.replace_unet(xml)
+        images = uint8_images(pipe.generate(list(prompts), latents=latents, **call).array)
+        reference = images if reference is None else reference
+        pair = compare_images(reference, images)
+        rows[name] = {
+            "adherence": dataset.adherence(images, prompts)["score"],
+            "psnr_mean": None if images is reference else pair["psnr_mean"],
+        }
+    return rows
+
+
+def speeds(rows: dict, unets: dict, sample: dict, iters: int) -> None:
+    """Seconds per UNet call of each row (plugin default precision), f32 also at the f32 hint;
+    ``x_best_float`` against the faster float."""
+    from sdaccel.cpu.quantize import time_unet
+
+    for name, xml in unets.items():
+        timed = time_unet(xml, sample, iters=iters)
+        rows[name].update(unet_s=timed["median_s"], precision=timed["precision"])
+    f32 = time_unet(unets["f32"], sample, iters=iters, precision="f32")["median_s"]
+    best = min(f32, rows["f32"]["unet_s"])
+    for row in rows.values():
+        row["x_best_float"] = best / row["unet_s"]
+
+
+def measure(
+    checkpoint: str | os.PathLike,
+    work_dir: str | os.PathLike,
+    variant: str = "full_int8",
+    max_drop: float = 0.02,
+    num_prompts: int = 24,
+    steps: int = 20,
+    guidance_scale: float = 6.0,
+    seed: int = 0,
+    ranking_subset_size: int | None = 8,
+    max_num_iterations: int = 10,
+    timing_iters: int = 20,
+) -> dict:
+    """Steps 1-4 of the module docstring; returns ``{"search": report, "rows": {"f32",
+    "<variant>", "<variant>, accuracy control"}, "settings": ...}``."""
+    from sdaccel.core.checkpoint import resolve_checkpoint
+    from sdaccel.cpu import accuracy_control, quantize
+    from sdaccel.cpu.export import export_pipeline, text_to_image_components, vae_scale_factor_of
+    from sdaccel.cpu.pipeline import OVPipeline
+    from sdaccel.toy.calibration import calibrate_on_training_captions
+
+    # 1. The f32 export, its pipeline and the calibration set (checks first: nothing runs for a bad bound)
+    accuracy_control.check_request(variant, max_drop, [None], lambda *_: 0.0)
+    search_prompts, judge_prompts = split_heldout(num_prompts, seed)
+    folder = resolve_checkpoint(checkpoint)
+    size = read_config(folder, "unet")["sample_size"] * vae_scale_factor_of(folder, "vae")
+    work = Path(work_dir)
+    export_dir = work / "openvino"
+    export_pipeline(
+        folder, export_dir, components=text_to_image_components(folder), weight_dtype="fp32", progress=False
+    )
+    unet_xml = export_dir / "unet" / "openvino_model.xml"
+    pipe = OVPipeline.from_pretrained(export_dir, precision="f32")
+    common = dict(steps=steps, guidance_scale=guidance_scale, size=size)
+    calibration = calibrate_on_training_captions(pipe, work / "calibration", **common, seed=seed)
+
+    # 2. Two halves of the held-out prompts, each with its own noise
+    noise = paired_latents(folder, 2 * num_prompts, size, seed)
+    validate = AdherenceValidation(pipe, search_prompts, noise[:num_prompts], **common)
+
+    # 3. The search, and plain INT8 of the same recipe beside it
+    controlled = work / f"unet_{variant}_accuracy_control.xml"
+    search = accuracy_control.quantize_with_accuracy_control(
+        unet_xml,
+        controlled,
+        variant,
+        calibration.folder,
+        validate.items,
+        validate,
+        max_drop,
+        subset_size=64,
+        ranking_subset_size=ranking_subset_size,
+        max_num_iterations=max_num_iterations,
+    )
+    plain = work / f"unet_{variant}.xml"
+    quantize.quantize_ir(unet_xml, plain, variant, calibration.folder, subset_size=64)
+
+    # 4. Judged on the other half, and timed
+    unets = {"f32": unet_xml, variant: plain, f"{variant}, accuracy control": controlled}
+    rows = judge(pipe, unets, judge_prompts, noise[num_prompts:], **common)
+    speeds(rows, unets, next(iter(calibration)), timing_iters)
+    for name, xml in unets.items():
+        rows[name]["fake_quantize"] = quantize.describe_ir(xml)["fake_quantize"]
+    settings = {
+        "checkpoint": str(checkpoint),
+        "variant": variant,
+        "max_drop": max_drop,
+        "search_prompts": search_prompts,
+        "judge_prompts": num_prompts,
+        "steps": steps,
+        "guidance_scale": guidance_scale,
+        "size": size,
+        "seed": seed,
+        "metric": "adherence + 0.002 x min(PSNR vs f32, 60 dB) / 60 dB (AdherenceValidation)",
+        "validation_precision": "f32 hint, INT8 layers in INT8 (as NNCF compiles the candidates)",
+    }
+    return {"settings": settings, "search": search, "rows": rows}
+
+
+def format_table(result: dict) -> str:
+    """The rows (adherence on the judging prompts, PSNR, FakeQuantize, UNet call, x best float),
+    then what the search reverted."""
+    s, search = result["settings"], result["search"]
+    rows = [
+        [
+            name,
+            f"{row['adherence']:.3f}",
+            "-" if row["psnr_mean"] is None else f"{row['psnr_mean']:.1f}",
+            row["fake_quantize"],
+            f"{1000 * row['unet_s']:.2f} ms ({row['precision']})",
+            f"{row['x_best_float']:.2f}x",
+        ]
+        for name, row in result["rows"].items()
+    ]
+    table = markdown_table(
+        [
+            "UNet",
+            f"adherence ({s['judge_prompts']} other held-out prompts)",
+            "PSNR vs f32 dB",
+            "FakeQuantize",
+            "UNet call",
+            "x best float",
+        ],
+        rows,
+        align="lrrrrr",
+    )
+    if search["quantized_operations"] is None:
+        reverted = "plain INT8 met the bound: no quantized operations reverted to float"
+    else:
+        reverted = (
+            f"{len(search['reverted'])} of {search['quantized_operations']} quantized operations "
+            f"reverted to float: {', '.join(search['reverted'])}"
+        )
+    return (
+        f"{table}\n\nSearch ({len(s['search_prompts'])} other held-out prompts): metric f32 "
+        f"{search['metric_f32']:.3f}, plain {search['metric_plain']:.3f}, result {search['metric']:.3f} "
+        f"(max_drop {search['max_drop']}), {search['search_s']:.0f} s; {reverted}"
+    )
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(
+        description="Accuracy-controlled INT8 of a trained shapes checkpoint's UNet, judged on held-out "
+        "prompts the search never saw (its seconds are a toy's)."
+    )
+    parser.add_argument("--checkpoint", required=True, help="e.g. checkpoints/tiny-shapes-sd15")
+    parser.add_argument("--variant", default="full_int8", choices=["full_int8", "hybrid"])
+    parser.add_argument("--max-drop", type=float, default=0.02, help="adherence drop allowed (default 0.02)")
+    parser.add_argument(
+        "--prompts", type=int, default=24, help="held-out prompts to search, as many to judge"
+    )
+    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--ranking-subset", type=int, default=8, help="prompts that rank each group")
+    parser.add_argument("--max-iterations", type=int, default=10, help="groups reverted at most")
+    parser.add_argument("--work-dir", default=None, help="default build/accuracy_control/<checkpoint name>")
+    parser.add_argument(
+        "--out", default=None, help="JSON (default: accuracy_control.json in the work folder)"
+    )
+    args = parser.parse_args(argv)
+    if (
+        not 0 < args.max_drop < 1
+        or min(args.prompts, args.steps, args.ranking_subset, args.max_iterations) < 1
+    ):
+        parser.error(
+            "--max-drop must be in (0, 1); --prompts, --steps, --ranking-subset, --max-iterations >= 1"
+        )
+    from sdaccel.core import env
+    from sdaccel.core.staging import replace_json
+    from sdaccel.cpu.benchmark import machine_info
+    from sdaccel.cpu.families import isa_tier
+
+    work = Path(args.work_dir or Path("build") / "accuracy_control" / Path(args.checkpoint).name)
+    result = measure(
+        args.checkpoint,
+        work,
+        args.variant,
+        args.max_drop,
+        args.prompts,
+        args.steps,
+        ranking_subset_size=args.ranking_subset,
+        max_num_iterations=args.max_iterations,
+    )
+    result["machine"] = {**machine_info(), "isa": isa_tier(env.cpu_features())}
+    result["command"] = " ".join(
+        ["python -m sdaccel.toy.accuracy_control", *(argv if argv is not None else sys.argv[1:])]
+    )
+    out = Path(args.out or work / "accuracy_control.json")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    replace_json(out, result)  # whole or not at all, if the run is stopped while it writes
+    print(format_table(result))
+    print(f"written: {out}")
+    return result
+
+
+if __name__ == "__main__":
+    main()
