@@ -1,7 +1,9 @@
 """Finding checkpoints, reading safetensors without torch, and the errors that name the fix."""
 
 import json
+import re
 import struct
+from pathlib import Path
 
 import ml_dtypes
 import numpy as np
@@ -60,6 +62,41 @@ def test_reader_matches_the_safetensors_library(tmp_path):
     array = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
     save_file({"x": array}, str(tmp_path / "x.safetensors"))
     np.testing.assert_array_equal(WeightFile(tmp_path / "x.safetensors").get("x"), array)
+
+
+def mapped_rss(path) -> int | None:
+    """Bytes of the file ``path`` resident in this process's mappings of it (``/proc/self/smaps``),
+    ``None`` where there is no such file (not Linux)."""
+    smaps, target, total, inside = Path("/proc/self/smaps"), str(Path(path).resolve()), 0, False
+    if not smaps.is_file():
+        return None
+    for line in smaps.read_text().splitlines():
+        fields = line.split(maxsplit=5)
+        if fields and re.fullmatch(r"[0-9a-f]+-[0-9a-f]+", fields[0]):
+            inside = len(fields) == 6 and fields[5] == target
+        elif inside and line.startswith("Rss:"):
+            total += int(line.split()[1]) * 1024
+    return total
+
+
+def test_release_unmaps_a_tensor_read_and_keeps_its_values(tmp_path):
+    """A tensor's pages stay in the resident set once read, until ``release`` (what keeps a loader
+    from holding the whole mapped checkpoint beside the weights it placed); reading it again after
+    works, from the page cache."""
+    rng = np.random.default_rng(0)
+    tensors = {"a": rng.standard_normal((512, 1024)).astype(np.float16), "b": np.ones(3, np.float32)}
+    write_safetensors(tmp_path / "w.safetensors", tensors)
+    wf = WeightFile(tmp_path / "w.safetensors")
+    view = wf.get("a")
+    assert float(view.astype(np.float32).sum()) == float(tensors["a"].astype(np.float32).sum())
+    before = mapped_rss(tmp_path / "w.safetensors")
+    if before is None:
+        pytest.skip("no /proc/self/smaps here")
+    assert before >= tensors["a"].nbytes  # 1 MiB read through the mapping
+    wf.release("a")
+    assert mapped_rss(tmp_path / "w.safetensors") < 64 * 1024
+    np.testing.assert_array_equal(view, tensors["a"])  # faulted back in, unchanged
+    WeightReader([tmp_path / "w.safetensors"]).release("b")  # the reader passes it on
 
 
 def test_load_weights_fills_and_transposes(tmp_path):

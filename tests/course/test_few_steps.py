@@ -43,6 +43,45 @@ def test_time_images_warms_up_then_times_per_image():
         few_steps.time_images(pipe, [], steps=4)
 
 
+def test_time_images_keeps_the_decode_time_and_the_latents_a_pipeline_reports():
+    class DecodingPipe(FakePipe):
+        def generate(self, prompts, **kw):
+            result = super().generate(prompts, **kw)
+            k = len(self.calls) - 1
+            result.timings.update(vae_decoder_s=0.02 * (k + 1), run_s=1.0)
+            result.latents = np.full((len(prompts), 4, 2, 2), k, np.float32)
+            return result
+
+    ticks = iter([0.0, 1.0, 2.0, 3.0, 4.0, 5.0])
+    timed = few_steps.time_images(DecodingPipe(), ["a", "b"], repeats=2, clock=lambda: next(ticks), steps=4)
+    assert timed.decode_per_image_s == pytest.approx([0.02, 0.03])  # calls 2 and 3, over 2 images
+    assert timed.decode_seconds == pytest.approx(0.025)
+    assert timed.latents.shape == (2, 4, 2, 2) and timed.latents.max() == 2  # the last call's
+    # a pipeline that reports no decode time (JAX: one program) and keeps no latents
+    ticks = iter([0.0, 1.0, 2.0, 3.0])
+    plain = few_steps.time_images(FakePipe(), ["a"], repeats=1, clock=lambda: next(ticks), steps=4)
+    assert plain.decode_per_image_s == [] and plain.decode_seconds is None and plain.latents is None
+
+
+def test_decoder_cost_compares_two_decodes_of_the_same_latents():
+    from sdaccel.toy import dataset
+
+    prompts = ["a red circle on a blue background, center", "a green square on a white background, top left"]
+    vae = [dataset.render(dataset.parse_prompt(p), 32) for p in prompts]
+    close = [np.clip(im.astype(np.int16) + 3, 0, 255).astype(np.uint8) for im in vae]
+    cost = few_steps.decoder_cost(vae, close, prompts, vae_decode_s=0.004, tiny_decode_s=0.001)
+    assert cost["adherence"] == cost["vae_adherence"] == 1.0 and cost["images"] == 2
+    assert (
+        35 < cost["psnr_mean"] < 40 and cost["ssim_mean"] > 0.9
+    )  # 3 levels off (less where clipped): ~38.6 dB
+    assert cost["decode_x"] == pytest.approx(4.0)
+    swapped = few_steps.decoder_cost(vae, list(reversed(vae)), prompts)
+    assert swapped["adherence"] == 0.0 and swapped["psnr_mean"] < 20 and "decode_x" not in swapped
+    assert "adherence" not in few_steps.decoder_cost(vae, close, ["a photo", "a cat"])
+    with pytest.raises(ValueError, match="same latents, one each"):
+        few_steps.decoder_cost(vae, close[:1])
+
+
 def _timed(seconds, steps=4, compile_s=0.0):
     return few_steps.Timed(images=[], compile_s=compile_s, per_image_s=[seconds], steps=steps)
 

@@ -5,6 +5,7 @@ import math
 from pathlib import Path
 
 import numpy as np
+import pytest
 from PIL import Image
 
 from sdaccel.course.notebook import SETUP_CELL, Results
@@ -74,3 +75,17 @@ def test_quiet_drops_only_the_known_messages(monkeypatch, caplog):
         )
         warnings.warn("another deprecation", FutureWarning, stacklevel=1)
     assert [str(w.message) for w in caught] == ["another deprecation"]
+
+
+def test_the_repository_is_found_beside_the_package_or_in_the_colab_clone(monkeypatch, tmp_path):
+    from sdaccel.course import notebook
+
+    root = notebook.repository_root()
+    assert (root / "benchmarks" / "bench_openvino.py").is_file() and (root / "src" / "sdaccel").is_dir()
+    # a package installed without its repository: the Colab clone, then a clear error
+    monkeypatch.setattr(notebook, "__file__", str(tmp_path / "site" / "sdaccel" / "course" / "notebook.py"))
+    monkeypatch.setattr(notebook, "CHECKOUT", tmp_path / "clone")
+    with pytest.raises(FileNotFoundError, match="clone the repository and install it"):
+        notebook.repository_root()
+    (tmp_path / "clone" / "benchmarks").mkdir(parents=True)
+    assert notebook.repository_root() == tmp_path / "clone"

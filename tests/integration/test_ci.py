@@ -92,3 +92,50 @@ def test_the_site_runs_after_the_notebooks_of_its_group_whatever_the_collection_
         "test_notebook_runs_in_smoke_profile[00_environment]",
         "test_a",
     ]
+
+
+def test_each_worker_gets_its_share_of_the_cores():
+    conftest = loaded_conftest()
+    assert conftest.worker_cores(0, 2, [0, 1]) == [0]
+    assert conftest.worker_cores(1, 2, [0, 1]) == [1]
+    assert conftest.worker_cores(1, 2, [0, 1, 2, 3, 4]) == [1, 3]
+    assert conftest.worker_cores(2, 3, [0, 1]) == [0, 1]  # more workers than cores: all of them
+
+
+class FakeConfig:
+    def __init__(self, uid: str):
+        self.workerinput = {"testrunuid": uid}
+        self.stash = pytest.Stash()
+
+
+def test_a_worker_is_pinned_then_takes_every_core_when_the_others_are_done(monkeypatch, tmp_path):
+    """Worker gw1 of two is put on its core; gw0's end of session is marked; gw1's next test then
+    gives it every core back. ``os.sched_setaffinity`` is recorded, not called."""
+    conftest = loaded_conftest()
+    calls = []
+    monkeypatch.setattr(conftest.os, "sched_getaffinity", lambda pid: {0, 1})
+    monkeypatch.setattr(conftest.os, "sched_setaffinity", lambda pid, cores: calls.append(sorted(cores)))
+    monkeypatch.setattr(conftest, "NOTEBOOK_BUILD", tmp_path)
+    monkeypatch.setenv("PYTEST_XDIST_WORKER_COUNT", "2")
+    monkeypatch.delenv(conftest.PIN_VAR, raising=False)
+    gw0, gw1 = FakeConfig("run1"), FakeConfig("run1")
+    for name, config in (("gw0", gw0), ("gw1", gw1)):
+        monkeypatch.setenv("PYTEST_XDIST_WORKER", name)
+        conftest.pytest_configure(config)
+    assert calls == [[0], [1]]
+    item = type("Item", (), {"config": gw1})()
+    conftest.pytest_runtest_setup(item)  # gw0 still runs: nothing changes
+    assert calls == [[0], [1]]
+    monkeypatch.setenv("PYTEST_XDIST_WORKER", "gw0")
+    conftest.pytest_sessionfinish(type("Session", (), {"config": gw0})())
+    monkeypatch.setenv("PYTEST_XDIST_WORKER", "gw1")
+    conftest.pytest_runtest_setup(item)
+    conftest.pytest_runtest_setup(item)  # once only
+    assert calls == [[0], [1], [0, 1]]
+    # opted out, or a single worker: never pinned
+    monkeypatch.setenv(conftest.PIN_VAR, "0")
+    conftest.pytest_configure(FakeConfig("run2"))
+    monkeypatch.delenv(conftest.PIN_VAR)
+    monkeypatch.setenv("PYTEST_XDIST_WORKER_COUNT", "1")
+    conftest.pytest_configure(FakeConfig("run3"))
+    assert calls == [[0], [1], [0, 1]]

@@ -99,7 +99,30 @@ def test_more_sweep_inputs_are_checked_before_anything_runs(tmp_path):
         adherence_steps.adherence_vs_steps(BASE, SHIPPED, prompts=0)
     with pytest.raises(ValueError, match="exports takes a folder per sampler"):
         adherence_steps.adherence_vs_steps(BASE, SHIPPED, exports={"jax": tmp_path})
+    # the LCM sampler without the adapter needs no adapter; the OpenVINO rows still need work_dir
+    with pytest.raises(ValueError, match="work_dir"):
+        adherence_steps.adherence_vs_steps(BASE, None, samplers=("lcm_no_adapter",), pipelines=("ov_f32",))
+    with pytest.raises(ValueError, match="lcm_no_adapter"):
+        adherence_steps.adherence_vs_steps(BASE, SHIPPED, samplers=("lcm_without",))
     assert list(tmp_path.iterdir()) == []
+
+
+def test_the_lcm_sampler_without_the_adapter_runs_the_base_weights(tmp_path):
+    """One OpenVINO row at 1 step on 2 prompts: the LCM scheduler at the adapter's guidance, on
+    the base export (the export with the adapter fused is never made)."""
+    rows = adherence_steps.adherence_vs_steps(
+        BASE,
+        None,
+        steps=(1,),
+        prompts=2,
+        pipelines=("ov_f32",),
+        samplers=("lcm_no_adapter",),
+        work_dir=tmp_path,
+    )
+    (only,) = rows
+    assert (only["sampler"], only["scheduler"], only["lora"]) == ("lcm_no_adapter", "LCMScheduler", False)
+    assert only["guidance_scale"] == 1.0 and only["prompts"] == 2
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["openvino_base"]
 
 
 def test_lora_file_of_a_folder_or_a_file(tmp_path):

@@ -50,3 +50,14 @@ def test_pipeline_verdicts_against_the_base_at_its_most_steps():
     ]
     # a pipeline without the adapter at 4 steps says nothing
     assert steps_report.pipeline_verdicts(ROWS[:2]) == []
+
+
+def test_the_sampler_without_the_adapter_has_its_own_line_and_is_no_base():
+    no_adapter = {**row("ov_f32", "lcm_no_adapter", 4, 0.95, lora=False), "scheduler": "LCMScheduler"}
+    no_adapter["guidance_scale"] = 1.0
+    rows = [*ROWS, no_adapter, {**no_adapter, "steps": 20, "score": 0.99}]
+    lines = steps_report.format_table(rows).splitlines()
+    assert lines[-1] == "| ov_f32 | LCM sampler, no adapter | 1 | 0.950 | 0.990 |"
+    # the verdict compares the adapter with the base sampler, never with the LCM sampler alone
+    assert steps_report.pipeline_verdicts(rows) == steps_report.pipeline_verdicts(ROWS)
+    assert steps_report.sampler_label("base", "DDIMScheduler") == "base (DDIMScheduler)"

@@ -4,12 +4,14 @@ Both start from the same initial latents (ours, passed to diffusers transposed t
 tiny random-weight checkpoints, at 64x64 (8x8 latents) and a few steps.
 """
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
 from sdaccel.core.checkpoint import read_defaults
 from sdaccel.core.contract import GenerationResult, image_grid
+from sdaccel.tpu.models.weights import count_params
 from sdaccel.tpu.pipeline import JaxPipeline, describe_unet, initial_noise
 
 torch = pytest.importorskip("torch")
@@ -107,6 +109,10 @@ def test_sdxl_bf16_close(tiny_sdxl, sdxl):
     assert np.isfinite(b).all()
     err = np.abs(a - b)
     assert err.max() < 0.1 and err.mean() < 0.02, (err.max(), err.mean())
+    if jax.default_backend() == "cpu":  # XLA computes the bf16 dots in float32 here: one weight at a time
+        (compiled,) = bf16._denoise.executables.values()  # (sdaccel.tpu.aot.CPU_COMPILER_OPTIONS)
+        unet_bf16_bytes = count_params(bf16.unet)[1]
+        assert compiled.executable.memory_analysis().temp_size_in_bytes < unet_bf16_bytes
 
 
 def test_sd15_ddim_matches_diffusers(tiny_sd15):

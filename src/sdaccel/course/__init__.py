@@ -13,9 +13,14 @@ a name from its module, as the notebooks do: ``from sdaccel.course.run_profiles 
   parameters cell; applies the active profile's overrides and says which devices run the notebook.
 - :class:`~sdaccel.course.notebook.Results` (:mod:`~sdaccel.course.notebook`): writes what a notebook
   measured to ``OUTPUT_DIR/results.json`` as soon as it is measured; :func:`~sdaccel.course.notebook.quiet`
-  silences the libraries' known noise.
+  silences the libraries' known noise; :func:`~sdaccel.course.notebook.repository_root` finds the
+  repository's ``benchmarks/`` (notebook 06 runs them).
 - :func:`~sdaccel.course.exercises.check` (:mod:`~sdaccel.course.exercises`): checks an exercise's answer;
   :class:`~sdaccel.course.exercises.ExerciseNotDone` is what it raises for a missing or wrong one.
+- :func:`~sdaccel.course.colab.install` (:mod:`~sdaccel.course.colab`): what the first code cell,
+  :data:`~sdaccel.course.notebook.SETUP_CELL`, fetches and runs where ``sdaccel`` is not installed: on
+  Colab it installs the course and restarts the runtime when it must; anywhere else it names the
+  README's steps and changes nothing (``python -m sdaccel.course.colab``).
 
 ## Running the notebooks
 
@@ -56,7 +61,7 @@ a name from its module, as the notebooks do: ``from sdaccel.course.run_profiles 
 - :mod:`~sdaccel.course.few_steps` (notebook 07): :func:`~sdaccel.course.few_steps.time_images`,
   :func:`~sdaccel.course.few_steps.speed_rows`, :func:`~sdaccel.course.few_steps.format_speed`,
   :func:`~sdaccel.course.few_steps.lever_costs`, :func:`~sdaccel.course.few_steps.format_costs`,
-  :func:`~sdaccel.course.few_steps.faster`.
+  :func:`~sdaccel.course.few_steps.decoder_cost`, :func:`~sdaccel.course.few_steps.faster`.
 
 ## The demo of notebook 07
 
@@ -79,6 +84,7 @@ a name from its module, as the notebooks do: ``from sdaccel.course.run_profiles 
 """
 
 __all__ = [
+    "colab",
     "demo",
     "docs_site",
     "doctor",

@@ -95,7 +95,7 @@ PARAMETERS = {
 def settings_for(profile: str, work_dir: str | os.PathLike | None = None) -> Settings:
     """The demo's settings under ``profile``: notebook 07's defaults (the real models), with the
     profile's overrides of its OpenVINO parameters (:func:`sdaccel.course.run_profiles.overrides`;
-    ``"smoke"``: the trained toy, its distilled LCM-LoRA and a random-weight TAESD)."""
+    ``"smoke"``: the trained toy, and the LCM-LoRA and the TAESD distilled from it)."""
     from sdaccel.course.run_profiles import overrides
 
     values = overrides(NOTEBOOK, profile)

@@ -6,16 +6,21 @@ then adds the tiny autoencoder and an INT8 UNet one lever at a time. This module
 cells share and what the tests check:
 
 - :func:`time_images`: compile (or warm up) once, then the median of a few timed calls (the calls
-  timed by :func:`sdaccel.course.whole_image.time_calls`, that is :func:`sdaccel.core.timing.time_calls`);
+  timed by :func:`sdaccel.course.whole_image.time_calls`, that is :func:`sdaccel.core.timing.time_calls`),
+  with the decode's share where the pipeline reports it, and the final latents;
 - :func:`speed_rows` / :func:`format_speed`: seconds per image and the ratio to a base measured in
   the same run, with the precision that ran;
 - :func:`lever_costs` / :func:`format_costs`: what each configuration costs against the base's
   images (PSNR, SSIM and, for the shapes checkpoints' captions, prompt adherence);
+- :func:`decoder_cost`: what the tiny autoencoder costs against the VAE on the same latents, beside
+  what it saves;
 - :func:`faster`: a ratio as words ("3.1x faster", "1.2x slower"), so the text follows the numbers;
 - :func:`parameters`: the size of a model or of a VAE's decoder (when TAESD can pay), from its files;
 - :func:`use_scheduler`: switch a JAX pipeline's sampler (LCM for a fused LCM-LoRA, and back);
-- :func:`random_tiny_vae`: a random-weight tiny autoencoder that fits a checkpoint's latents (the
-  smoke profile's stand-in for TAESD: it times like one, and draws noise).
+- :func:`random_tiny_vae`: a random-weight tiny autoencoder that fits a checkpoint's latents (a
+  stand-in for TAESD where there is no trained one: it times like one, and draws noise; the smoke
+  profile runs the toy's own, ``checkpoints/tiny-shapes-sdxl-taesd``, distilled by
+  :mod:`sdaccel.toy.distill_taesd`).
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ import os
 import statistics
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from sdaccel.core.checkpoint import read_config, read_json
@@ -42,11 +47,21 @@ class Timed:
     #: whole-image seconds of each timed call (the call's run time over its number of images)
     per_image_s: list[float]
     steps: int
+    #: the decode's seconds per image in each timed call, where the pipeline reports it (OpenVINO;
+    #: a JAX pipeline runs denoising and decode as one program: empty)
+    decode_per_image_s: list[float] = field(default_factory=list)
+    #: the final latents of the last call, where the pipeline keeps them (``None`` otherwise)
+    latents: object = None
 
     @property
     def seconds(self) -> float:
         """The median whole-image seconds."""
         return statistics.median(self.per_image_s)
+
+    @property
+    def decode_seconds(self) -> float | None:
+        """The median decode seconds per image, or ``None`` where the pipeline does not report it."""
+        return statistics.median(self.decode_per_image_s) if self.decode_per_image_s else None
 
 
 def time_images(
@@ -74,6 +89,8 @@ def time_images(
         compile_s=float(first.get("compile_s", 0.0)),
         per_image_s=[s / len(prompts) for s in times["image_s"]],
         steps=int(first["steps"]),
+        decode_per_image_s=[s / len(prompts) for s in times["decode_s"] if s is not None],
+        latents=getattr(last["result"], "latents", None),
     )
 
 
@@ -135,6 +152,37 @@ def lever_costs(
         if scored:
             costs[name]["adherence"] = dataset.adherence(images, prompts)["score"]
     return costs
+
+
+def decoder_cost(
+    vae_images: Sequence,
+    tiny_images: Sequence,
+    prompts: Sequence[str] | None = None,
+    vae_decode_s: float | None = None,
+    tiny_decode_s: float | None = None,
+) -> dict:
+    """What decoding with a tiny autoencoder costs against the VAE, the images of both decoders
+    from the *same* latents: mean PSNR and SSIM of the tiny autoencoder's images against the VAE's
+    and, when every prompt is a caption of the shapes data set, the adherence of each
+    (``adherence``, ``vae_adherence``). With both decode times (seconds per image), ``decode_x``:
+    how many times faster the tiny autoencoder decodes."""
+    from sdaccel.cpu import quality
+
+    if len(vae_images) != len(tiny_images) or not vae_images:
+        raise ValueError(
+            f"Pass the two decoders' images of the same latents, one each: got {len(vae_images)} "
+            f"from the VAE and {len(tiny_images)} from the tiny autoencoder."
+        )
+    pair = quality.compare_images(vae_images, tiny_images)
+    cost = {"psnr_mean": pair["psnr_mean"], "ssim_mean": pair["ssim_mean"], "images": len(vae_images)}
+    if prompts and all(dataset.is_caption(p) for p in prompts):
+        cost["vae_adherence"] = dataset.adherence(vae_images, prompts)["score"]
+        cost["adherence"] = dataset.adherence(tiny_images, prompts)["score"]
+    if vae_decode_s is not None and tiny_decode_s is not None:
+        cost.update(
+            vae_decode_s=vae_decode_s, tiny_decode_s=tiny_decode_s, decode_x=vae_decode_s / tiny_decode_s
+        )
+    return cost
 
 
 def format_costs(costs: Mapping[str, dict], reference: str) -> str:

@@ -17,45 +17,27 @@ import re
 import warnings
 from pathlib import Path
 
-#: The repository's address: the setup cell clones it on Colab, the README's "Open in Colab"
-#: badges point at it, and pyproject.toml's ``[project.urls]`` names it (a test keeps the three equal).
-REPOSITORY_URL = "https://github.com/sdaccel/sd-fast-tutorial"
+from sdaccel.course.colab import CHECKOUT, INSTALLER_URL, REPOSITORY
 
-#: The first code cell of every notebook (a test checks that they are all this exact text). It runs
-#: before this package is installed, so it repeats :data:`REPOSITORY_URL` as text. On Colab it
-#: installs the package and ``requirements-colab.txt`` and, when that replaced a module Colab had
-#: already imported, restarts the runtime itself (Colab's known pattern: the kernel kills itself
-#: and Colab starts a fresh one). Where ``sdaccel`` is installed it does nothing; anywhere else it
-#: names the README's steps.
+#: The repository's address: the installer clones it on Colab, the README's "Open in Colab" badges
+#: point at it, and pyproject.toml's ``[project.urls]`` names it (a test keeps the three equal).
+#: Defined in :mod:`sdaccel.course.colab`, which runs before the package is installed.
+REPOSITORY_URL = REPOSITORY
+
+#: The first code cell of every notebook (a test checks that they are all this exact text). Where
+#: ``sdaccel`` can be imported it does nothing: no network, nothing run. Where it cannot, it fetches
+#: the installer :mod:`sdaccel.course.colab` (one file, standard library only) from GitHub and runs it
+#: in the kernel: on Colab that installs the course and restarts the runtime when it must; anywhere
+#: else it raises an error naming the README's steps and changes nothing.
 SETUP_CELL = f"""\
-# Setup: on Colab, install this repository's package and requirements-colab.txt (about 2 minutes).
-# Where sdaccel is already installed (make setup, a TPU VM set up as in the README) it does nothing.
-import importlib
-import importlib.util
-import os
-import subprocess
-import sys
+# Setup. On Colab: installs this course (about 2 minutes); if it restarts the runtime, choose Run all again.
+# Where sdaccel is installed it does nothing. What it runs on Colab: src/sdaccel/course/colab.py.
+from importlib.util import find_spec
+from urllib.request import urlopen
 
-REPOSITORY = "{REPOSITORY_URL}"
-if importlib.util.find_spec("sdaccel") is None:
-    if "google.colab" not in sys.modules:
-        raise RuntimeError(
-            "The sdaccel package is not installed in this kernel. Follow the README's 'Where to run' "
-            "(make setup, then make lab; or pip install -r requirements-cpu.txt -e .)."
-        )
-    root = "/content/sd-fast-tutorial"
-    if not os.path.isdir(root):
-        subprocess.run(["git", "clone", "--depth", "1", REPOSITORY, root], check=True)
-    on_tpu = os.path.exists("/dev/accel0") or os.path.exists("/dev/vfio/0")
-    extra = ["jax[tpu]==0.10.2"] if on_tpu else []
-    reqs = [sys.executable, "-m", "pip", "install", "-q", "-r", f"{{root}}/requirements-colab.txt"]
-    subprocess.run([*reqs, *extra, root], check=True)
-    importlib.invalidate_caches()
-    replaced = {{"jax", "jaxlib", "flax", "transformers", "diffusers", "huggingface_hub"}} & set(sys.modules)
-    if replaced:  # a module imported before the install is stale: restart once, then Run all again
-        print(f"Installed; restarting the runtime ({{sorted(replaced)}} were loaded). Run all again.")
-        os.kill(os.getpid(), 9)
-    print("Installed sdaccel and requirements-colab.txt; no restart needed.")"""
+INSTALLER = "{INSTALLER_URL}"
+if not find_spec("sdaccel"):
+    exec(urlopen(INSTALLER).read(), {{"__name__": "__main__"}})"""
 
 
 #: Messages of our libraries that a notebook cannot act on, silenced by :func:`quiet` (by exact
@@ -108,6 +90,21 @@ def quiet() -> None:
         logger = logging.getLogger(name)
         logger.filters = [f for f in logger.filters if not isinstance(f, _DropMessages)]
         logger.addFilter(_DropMessages(starts))
+
+
+def repository_root() -> Path:
+    """The repository's folder, which holds ``benchmarks/`` beside the package: above the installed
+    package (``make setup``, an editable install), or the Colab installer's clone
+    (:data:`sdaccel.course.colab.CHECKOUT`). A package installed without its repository raises an
+    error that says how to get one."""
+    package = Path(__file__).resolve().parents[1]  # src/sdaccel
+    for root in (package.parents[1], CHECKOUT):
+        if (root / "benchmarks").is_dir():
+            return root
+    raise FileNotFoundError(
+        f"No benchmarks/ folder of {REPOSITORY_URL} above {package}: clone the repository and "
+        "install it as the README's 'Where to run' says (pip install -e .)."
+    )
 
 
 def _jsonable(value):

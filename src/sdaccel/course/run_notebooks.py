@@ -75,6 +75,14 @@ ALLOWED_STDERR: tuple[str, ...] = ()
 _CONTROL = re.compile(r"\x1b\[(?![\d;]*m)")
 _WARNING = re.compile(r"\b[A-Z]\w*Warning\b|^WARNING\b|warnings\.warn\(", re.M)
 
+#: The progress bars of our libraries' loading steps: transformers' over the tensors of each
+#: ``from_pretrained``, diffusers' over a pipeline's components. Over in a moment, they are left in a
+#: cell as a finished bar: a line of noise. The code that loads hides them
+#: (:func:`sdaccel.cpu.export.no_loading_bars`); :func:`noisy_outputs` finds any that is left.
+LOADING_BARS = re.compile(
+    r"^\s*(Loading weights|Loading pipeline components\.\.\.|Loading checkpoint shards): *\d+%\|", re.M
+)
+
 #: Phrases of development notes that have no place in a notebook a reader runs (a test checks the
 #: notebooks and their executed copies; lower case, matched case-insensitively).
 BANNED_PHRASES = (
@@ -104,9 +112,10 @@ WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 
 def noisy_outputs(nb: dict) -> list[str]:
     """Outputs of an executed notebook (as JSON) that a reader would have to ignore: standard error
-    outside :data:`ALLOWED_STDERR`, terminal control codes (live progress bars), warning text, and
-    saved widget state (:func:`saved_widget_state`: without a widget manager it reads "Loading
-    widget..."; the runner replaces it by text). One line each."""
+    outside :data:`ALLOWED_STDERR`, terminal control codes (live progress bars), warning text,
+    frozen progress bars (:func:`frozen_bars`), the finished bars of a library's loading step
+    (:data:`LOADING_BARS`), and saved widget state (:func:`saved_widget_state`: without a widget
+    manager it reads "Loading widget..."; the runner replaces it by text). One line each."""
     problems = saved_widget_state(nb)
     for i, cell in enumerate(nb.get("cells", [])):
         for out in cell.get("outputs", []):
@@ -124,6 +133,12 @@ def noisy_outputs(nb: dict) -> list[str]:
                 problems.append(f"cell {i}: warning {text.strip()[:160]!r}")
             elif frozen := frozen_bars(text):
                 problems.append(f"cell {i}: frozen progress bar {frozen[0]!r}")
+            elif loading := LOADING_BARS.search(text):
+                line = text[loading.start() :].strip().splitlines()[0]
+                problems.append(
+                    f"cell {i}: a library's loading bar {line[:120]!r}: load under sdaccel.cpu.export."
+                    "no_loading_bars(), or call the library's logging.disable_progress_bar() first"
+                )
     return problems
 
 

@@ -29,7 +29,7 @@ PyTorch). Import the module you need, e.g. ``from sdaccel.cpu.export import expo
   ``read_prompts``, ``time_unet``, ``ir_size_bytes``, ``SENSITIVE_LAYER_PATTERNS``,
   ``matching_layers``, ``ignored_layers``, ``weighted_matmul_and_gather_names``, ``describe_ir``,
   ``default_budget_gb``, ``estimate_peak_gb``, ``no_progress_bars``, ``ignored_scope_of``,
-  ``smooth_quant_parameters``
+  ``smooth_quant_parameters``, ``reshaped_pointwise_convolutions``
 - :mod:`ir_parts`: ``plan_parts``, ``PartPlan``, ``cut``, ``stitch``
 - :mod:`quantize_vae`: ``quantize_vae_decoder``, ``decoder_inputs``, ``decode``
 - :mod:`sensitivity`: ``quantize_for_ranking``, ``rank_groups``, ``only_group``,

@@ -48,6 +48,7 @@ image size, which lets the CPU plugin pick kernels for one shape ahead of time.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import gc
 import json
@@ -56,7 +57,7 @@ import os
 import shutil
 import time
 import warnings
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -937,6 +938,27 @@ def check_source(manifest: dict, src: Path, dst: Path) -> None:
         )
 
 
+@contextlib.contextmanager
+def no_loading_bars() -> Iterator[None]:
+    """transformers' and diffusers' progress bars hidden while the block loads weights, and put back
+    as they were after. Every ``from_pretrained`` draws a bar over the tensors or components it
+    reads ("Loading weights: 100%|...| 52/52"), which a notebook keeps as a line of its output once
+    the load is done: noise in a cell whose lesson is the export or the comparison, not the load."""
+    from diffusers.utils import logging as diffusers_logging
+    from transformers.utils import logging as transformers_logging
+
+    libraries = (transformers_logging, diffusers_logging)
+    shown = [library.is_progress_bar_enabled() for library in libraries]
+    for library in libraries:
+        library.disable_progress_bar()
+    try:
+        yield
+    finally:
+        for library, was_shown in zip(libraries, shown, strict=True):
+            if was_shown:
+                library.enable_progress_bar()
+
+
 def load_torch_component(src: Path, name: str):
     """The PyTorch module behind an exported component, in float32 and eval mode."""
     import torch
@@ -945,7 +967,8 @@ def load_torch_component(src: Path, name: str):
         import transformers
 
         cls = getattr(transformers, read_json(src / "model_index.json")[name][1])
-        return cls.from_pretrained(src / name, dtype=torch.float32).eval()
+        with no_loading_bars():
+            return cls.from_pretrained(src / name, dtype=torch.float32).eval()
     from diffusers import AutoencoderKL, UNet2DConditionModel
 
     if name == "unet":

@@ -61,6 +61,7 @@ from sdaccel.cpu.export import (
     MODEL_XML,
     PIPELINE_COMPONENTS,
     StaticShape,
+    no_loading_bars,
     read_ir,
     reshape_static,
     vae_scale_factor_of,
@@ -592,7 +593,8 @@ def run_diffusers(
     }
     if index.get("_class_name") == "StableDiffusionPipeline":  # its safety checker is never downloaded
         skipped["requires_safety_checker"] = False
-    reference = DiffusionPipeline.from_pretrained(folder, dtype=torch.float32, **skipped)
+    with no_loading_bars():
+        reference = DiffusionPipeline.from_pretrained(folder, dtype=torch.float32, **skipped)
     reference.set_progress_bar_config(disable=True)
     with torch.no_grad():
         images = reference(

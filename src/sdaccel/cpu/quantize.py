@@ -9,7 +9,9 @@ quantizing. Three recipes, from safest to fastest:
     Weights are stored as INT8 with one scale and zero point per output channel and turned back
     into floating point inside the kernel. No calibration data. The model is ~4x smaller than
     f32 (2x smaller than f16) and the error is tiny, but the matrix products still run in
-    f32/bf16, so the gain in speed is only what reading fewer bytes buys.
+    f32/bf16, so the gain in speed is only what reading fewer bytes buys. SD 1.x/2.x's
+    transformer ``proj_out`` convolutions keep float weights, which OpenVINO's CPU plugin
+    miscompiles in INT8 at a static 1x1 feature map (:func:`reshaped_pointwise_convolutions`).
 ``quantize_hybrid``  (INT8 weights for MatMul/Gather, full INT8 for Convolution)
     The public recipe that optimum-intel uses for diffusion models: the attention and
     feed-forward MatMuls keep weight-only INT8 (their activations have outliers that are hard to
@@ -245,8 +247,46 @@ def ignored_scope_of(ignored):
     return sensitive_layers_scope(patterns=tuple(ignored))
 
 
+def reshaped_pointwise_convolutions(model) -> list[str]:
+    """Names of the 1x1 Convolutions whose input comes straight from a ``Transpose`` or a
+    ``Reshape``: in a UNet of SD 1.x/2.x, the ``proj_out`` of every transformer, which turns the
+    tokens ``[B, H*W, C]`` back into a feature map (``reshape`` to ``[B, H, W, C]``, ``permute``
+    to ``[B, C, H, W]``) and mixes its channels. SDXL's transformers project with a MatMul
+    (``use_linear_projection``), so its UNet has none.
+
+    :func:`compress_weights_int8` keeps their weights in floating point, because OpenVINO's CPU
+    plugin (2026.4) miscompiles them with compressed weights at a 1x1 feature map. Its
+    ``ConvertWeightCompressedConv1x1ToMatmul`` rewrites a 1x1 Convolution with INT8 weights into
+    a MatMul. With a static 1x1 feature map the ``permute`` only moves size-1 axes, so the plugin
+    turns it into a ``Reshape`` and merges it with the one before: the Convolution then reads
+    ``Reshape([B, 1, C] -> [B, C, 1, 1])``, and the rewrite multiplies the ``[B, 1, C]`` tensor
+    and lays the result out as ``[1, C, B, 1]``: the batch lands on the spatial axes. With a
+    batch of 1 the two layouts agree; with more (classifier-free guidance runs 2), the next layer
+    fails its shape check when the model is compiled (``Requested output shape [16,8,1,1] is
+    incompatible with input shape [2,64,2,1]``). This happens when a UNet is reshaped to static
+    shapes (:func:`time_unet`, a static export or pipeline) for an image whose latents shrink to
+    1x1 at the mid block: 64x64 pixels for SD 1.5's three downsamplings. Dynamic shapes compile
+    fine, and so do Convolutions with float weights or INT8 inputs (the hybrid and full INT8
+    recipes put a ``FakeQuantize`` between the ``permute`` and the Convolution).
+    """
+    names = []
+    for op in read_model(model).get_ops():
+        if op.get_type_name() != "Convolution":
+            continue
+        kernel = op.get_input_partial_shape(1)
+        pointwise = (
+            kernel.rank.is_static and kernel.rank.get_length() == 4 and kernel[2] == 1 and kernel[3] == 1
+        )
+        if pointwise and op.input_value(0).get_node().get_type_name() in ("Transpose", "Reshape"):
+            names.append(op.get_friendly_name())
+    return names
+
+
 def compress_weights_int8(model, *, symmetric: bool = False, ignored=()):
-    """Weight-only INT8: every Convolution, MatMul and embedding Gather weight becomes INT8.
+    """Weight-only INT8: every Convolution, MatMul and embedding Gather weight becomes INT8, but
+    the 1x1 Convolutions behind a reshape (:func:`reshaped_pointwise_convolutions`: SD 1.x/2.x's
+    transformer ``proj_out``, about 1.4% of SD 1.5's UNet weights), which stay in floating point
+    so that the model compiles at every static shape.
 
     Args:
         model: an ``ov.Model`` or an IR path; an ``ov.Model`` is changed in place.
@@ -254,8 +294,9 @@ def compress_weights_int8(model, *, symmetric: bool = False, ignored=()):
             output channel, which fits weights whose range is not centred on zero; ``True``
             (``INT8_SYM``) drops the zero point (slightly faster decompression, a little less
             precise).
-        ignored: layers to keep in floating point, as for :func:`quantize_full`; by default none,
-            since per-channel weight-only INT8 is accurate enough everywhere in the UNet.
+        ignored: layers to keep in floating point, as for :func:`quantize_full`; by default none
+            but the ones above, since per-channel weight-only INT8 is accurate enough everywhere
+            in the UNet.
 
     Returns the model whose weight constants are ``u8``/``i8`` followed by a
     ``Convert -> (Subtract) -> Multiply`` decompression that the CPU plugin fuses into its kernels.
@@ -263,8 +304,17 @@ def compress_weights_int8(model, *, symmetric: bool = False, ignored=()):
     """
     import nncf
 
+    model = read_model(model)
+    scope = ignored_scope_of(ignored)
+    scope = nncf.IgnoredScope(
+        names=[*scope.names, *reshaped_pointwise_convolutions(model)],
+        patterns=list(scope.patterns),
+        types=list(scope.types),
+        subgraphs=list(scope.subgraphs),
+        validate=scope.validate,
+    )
     mode = nncf.CompressWeightsMode.INT8_SYM if symmetric else nncf.CompressWeightsMode.INT8_ASYM
-    return nncf.compress_weights(read_model(model), mode=mode, ignored_scope=ignored_scope_of(ignored))
+    return nncf.compress_weights(model, mode=mode, ignored_scope=scope)
 
 
 def smooth_quant_parameters(smooth_quant_alpha: float | None, **advanced):

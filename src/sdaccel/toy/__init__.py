@@ -1,6 +1,6 @@
 """The toy world: a data set of coloured shapes, tiny checkpoints (random and trained on it), the
-LCM-LoRA distilled from one, and the prompt-adherence numbers that say whether an optimised
-pipeline still draws what it is asked.
+LCM-LoRA and the tiny autoencoder distilled from one, and the prompt-adherence numbers that say
+whether an optimised pipeline still draws what it is asked.
 
 Importing the package imports none of its modules: several of them run PyTorch, diffusers,
 OpenVINO or JAX when called. Import the module you need (``from sdaccel.toy import dataset``);
@@ -39,6 +39,9 @@ OpenVINO or JAX when called. Import the module you need (``from sdaccel.toy impo
   the adapter's adherence through diffusers.
 - ``model_card.write_readme``, ``model_card.refresh_readme``, ``model_card.readme_text``: the
   adapter's README.
+- ``distill_taesd.run``, ``distill_taesd.TaesdConfig``, ``distill_taesd.tiny_config``,
+  ``distill_taesd.evaluate``: a tiny autoencoder (TAESD's architecture) distilled from a trained
+  checkpoint's VAE, and its quality against that VAE (``python -m sdaccel.toy.distill_taesd``).
 
 ## Adherence
 
@@ -62,6 +65,8 @@ OpenVINO or JAX when called. Import the module you need (``from sdaccel.toy impo
   ``accuracy_control.AdherenceValidation``, ``accuracy_control.split_heldout``: NNCF's
   accuracy-controlled INT8 within an adherence bound, judged on held-out prompts the search never
   saw (``python -m sdaccel.toy.accuracy_control``).
+- ``report.finish``: how each of those commands ends: the machine and the command recorded, the
+  JSON written whole, the table printed.
 """
 
 __all__ = [
@@ -75,8 +80,10 @@ __all__ = [
     "distill",
     "distill_config",
     "distill_eval",
+    "distill_taesd",
     "model_card",
     "random_checkpoints",
+    "report",
     "sensitivity_quality",
     "steps_report",
     "tome_quality",

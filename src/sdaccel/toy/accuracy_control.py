@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -265,10 +264,7 @@ def main(argv: list[str] | None = None) -> dict:
         parser.error(
             "--max-drop must be in (0, 1); --prompts, --steps, --ranking-subset, --max-iterations >= 1"
         )
-    from sdaccel.core import env
-    from sdaccel.core.staging import replace_json
-    from sdaccel.cpu.benchmark import machine_info
-    from sdaccel.cpu.families import isa_tier
+    from sdaccel.toy.report import finish
 
     work = Path(args.work_dir or Path("build") / "accuracy_control" / Path(args.checkpoint).name)
     result = measure(
@@ -281,16 +277,8 @@ def main(argv: list[str] | None = None) -> dict:
         ranking_subset_size=args.ranking_subset,
         max_num_iterations=args.max_iterations,
     )
-    result["machine"] = {**machine_info(), "isa": isa_tier(env.cpu_features())}
-    result["command"] = " ".join(
-        ["python -m sdaccel.toy.accuracy_control", *(argv if argv is not None else sys.argv[1:])]
-    )
     out = Path(args.out or work / "accuracy_control.json")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    replace_json(out, result)  # whole or not at all, if the run is stopped while it writes
-    print(format_table(result))
-    print(f"written: {out}")
-    return result
+    return finish(result, out, format_table(result), "sdaccel.toy.accuracy_control", argv)
 
 
 if __name__ == "__main__":

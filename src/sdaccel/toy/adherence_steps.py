@@ -14,11 +14,13 @@ needs, on the held-out prompts of :mod:`sdaccel.toy.dataset`, in each pipeline:
   float, :data:`sdaccel.toy.adherence.FLOAT_GROUP_VARIANTS`), quantized *after* the fusion and
   calibrated on training captions with its own sampler (:func:`sdaccel.toy.adherence.quantize_unet`).
 
-Two samplers: ``base``, the checkpoint's own scheduler (Euler for the SDXL layout) with
+Two samplers by default: ``base``, the checkpoint's own scheduler (Euler for the SDXL layout) with
 classifier-free guidance ``base_guidance`` (6, the guidance of :mod:`sdaccel.toy.adherence`'s table), and
 ``lcm``, the LCM scheduler with the adapter and guidance 1 (no classifier-free guidance: the
-adapter learned the guided trajectory, as LCM-LoRA is run). Every row starts image ``i`` from the
-same noise (:func:`sdaccel.toy.comparison.paired_latents`). The rows' Markdown table and the
+adapter learned the guided trajectory, as LCM-LoRA is run). A third on request,
+``lcm_no_adapter``: the LCM scheduler on the base weights, with the adapter's guidance and
+nothing else changed, which says what the adapter adds to the sampler. Every row starts image
+``i`` from the same noise (:func:`sdaccel.toy.comparison.paired_latents`). The rows' Markdown table and the
 per-pipeline verdicts are :mod:`sdaccel.toy.steps_report`'s.
 """
 
@@ -35,14 +37,21 @@ from sdaccel.core.checkpoint import read_config
 from sdaccel.toy import dataset
 from sdaccel.toy.adherence import FLOAT_GROUP_VARIANTS, quantize_unet
 from sdaccel.toy.comparison import paired_latents, uint8_images
-from sdaccel.toy.steps_report import format_table
+from sdaccel.toy.steps_report import format_table, sampler_label
 
 PIPELINES = ("jax_fp32", "ov_f32")
 INT8_VARIANTS = ("full_int8", *FLOAT_GROUP_VARIANTS)
+#: The samplers of a sweep by default: the checkpoint's own, and LCM with the adapter fused.
 SAMPLERS = ("base", "lcm")
+#: The LCM sampler on the base weights (no adapter), at the adapter's guidance.
+NO_ADAPTER = "lcm_no_adapter"
+#: Every sampler a sweep can run.
+SAMPLER_CHOICES = (*SAMPLERS, NO_ADAPTER)
+#: The samplers that run the LCM scheduler, at ``lcm_guidance``.
+LCM_SAMPLERS = ("lcm", NO_ADAPTER)
 ATTRIBUTES = ("score", "colour", "shape", "background", "position", "all")
 #: Steps of the INT8 calibration run, per sampler (its UNet inputs are the calibration data).
-CALIBRATION_STEPS = {"base": 20, "lcm": 8}
+CALIBRATION_STEPS = {"base": 20, "lcm": 8, NO_ADAPTER: 8}
 
 
 def lora_file(lora: str | Path) -> Path:
@@ -73,7 +82,7 @@ def _jax_runner(folder: Path, sampler: str, lora: Path | None):
     from sdaccel.tpu.pipeline import JaxPipeline
 
     pipe = JaxPipeline.from_pretrained(
-        folder, dtype=jnp.float32, progress=False, scheduler="lcm" if sampler == "lcm" else None
+        folder, dtype=jnp.float32, progress=False, scheduler="lcm" if sampler in LCM_SAMPLERS else None
     )
     if sampler == "lcm":
         pipe.fuse_lora([(str(lora), 1.0)])
@@ -93,21 +102,29 @@ def _jax_runner(folder: Path, sampler: str, lora: Path | None):
 
 
 def _openvino_pipe(folder: Path, sampler: str, lora: Path | None, work: Path, export_dir: Path | None = None):
+    """The OpenVINO pipeline of ``sampler``: the export with the adapter fused for ``"lcm"``, the
+    base export otherwise (``work/openvino_<lcm|base>`` unless ``export_dir``), exported once and
+    then reused (quietly: "already holds a complete export" is no news here)."""
+    import contextlib
+    import io
+
     from sdaccel.cpu.export import export_pipeline, text_to_image_components
     from sdaccel.cpu.pipeline import OVPipeline
 
-    export_dir = export_dir or work / f"openvino_{sampler}"
+    weights = "lcm" if sampler == "lcm" else "base"
+    export_dir = export_dir or work / f"openvino_{weights}"
     adapters = [(str(lora), 1.0)] if sampler == "lcm" else []
-    export_pipeline(
-        folder,
-        export_dir,
-        components=text_to_image_components(folder),
-        weight_dtype="fp32",
-        progress=False,
-        lora=adapters,
-    )
+    with contextlib.redirect_stdout(io.StringIO()):
+        export_pipeline(
+            folder,
+            export_dir,
+            components=text_to_image_components(folder),
+            weight_dtype="fp32",
+            progress=False,
+            lora=adapters,
+        )
     pipe = OVPipeline.from_pretrained(
-        export_dir, precision="f32", scheduler="lcm" if sampler == "lcm" else None
+        export_dir, precision="f32", scheduler="lcm" if sampler in LCM_SAMPLERS else None
     )
     return pipe, export_dir / "unet" / "openvino_model.xml"
 
@@ -147,14 +164,16 @@ def adherence_vs_steps(
     ``pipelines``: any of :data:`PIPELINES`; ``int8``: INT8 recipes of the OpenVINO UNet (any of
     :data:`INT8_VARIANTS`, or ``"hybrid"``/``"int8_weights"``), each its own pipeline row (needs
     ``work_dir``, as ``ov_f32`` does: exports and quantized UNets go there and are reused).
-    ``samplers``: ``"base"`` and/or ``"lcm"`` (the latter needs ``lora``). Every input is checked
+    ``samplers``: any of :data:`SAMPLER_CHOICES`: ``"base"``, ``"lcm"`` (needs ``lora``) and
+    ``"lcm_no_adapter"`` (the LCM sampler on the base weights). Every input is checked
     before anything runs. Returns one dict per (pipeline, sampler, steps): ``pipeline``,
     ``sampler``, ``scheduler``, ``lora``, ``steps``, ``guidance_scale``, ``prompts``,
     ``seconds`` and the :func:`sdaccel.toy.dataset.adherence` fields.
 
-    ``exports``: an OpenVINO export folder per sampler (``{"base": ..., "lcm": ...}``) to use in
-    place of ``work_dir/openvino_<sampler>``, e.g. folders a notebook exported already from the same
-    checkpoint (fp32 weights; the ``"lcm"`` one with ``lora`` fused at scale 1):
+    ``exports``: an OpenVINO export folder per weights (``{"base": ..., "lcm": ...}``) to use in
+    place of ``work_dir/openvino_<base|lcm>``, e.g. folders a notebook exported already from the same
+    checkpoint (fp32 weights; the ``"lcm"`` one with ``lora`` fused at scale 1; ``"lcm_no_adapter"``
+    runs the ``"base"`` one):
     :func:`~sdaccel.cpu.export.export_pipeline` reuses a folder made with the same settings and
     refuses any other.
     """
@@ -163,9 +182,11 @@ def adherence_vs_steps(
     unknown = [p for p in pipelines if p not in PIPELINES]
     if unknown:
         raise ValueError(f"Unknown pipelines {unknown}; choose from {list(PIPELINES)}.")
-    bad_samplers = [s for s in samplers if s not in SAMPLERS]
+    bad_samplers = [s for s in samplers if s not in SAMPLER_CHOICES]
     if bad_samplers or not samplers:
-        raise ValueError(f"samplers must be a non-empty subset of {list(SAMPLERS)}, got {list(samplers)}.")
+        raise ValueError(
+            f"samplers must be a non-empty subset of {list(SAMPLER_CHOICES)}, got {list(samplers)}."
+        )
     steps = [int(s) for s in steps]
     if not steps or any(s < 1 for s in steps):
         raise ValueError(f"steps must be a non-empty list of integers >= 1, got {steps}.")
@@ -188,7 +209,7 @@ def adherence_vs_steps(
     rows = []
 
     def sweep(name, sampler, run):
-        guidance = lcm_guidance if sampler == "lcm" else base_guidance
+        guidance = lcm_guidance if sampler in LCM_SAMPLERS else base_guidance
         for n in steps:
             start = time.perf_counter()
             images = run(prompt_list, latents, n, guidance, size)
@@ -196,7 +217,7 @@ def adherence_vs_steps(
             row = {
                 "pipeline": name,
                 "sampler": sampler,
-                "scheduler": "LCMScheduler" if sampler == "lcm" else base_scheduler,
+                "scheduler": "LCMScheduler" if sampler in LCM_SAMPLERS else base_scheduler,
                 "lora": sampler == "lcm",
                 "steps": n,
                 "guidance_scale": guidance,
@@ -212,11 +233,12 @@ def adherence_vs_steps(
         if "jax_fp32" in pipelines:
             sweep("jax_fp32", sampler, _jax_runner(folder, sampler, lora_path))
         if "ov_f32" in pipelines or int8:
-            pipe, unet_xml = _openvino_pipe(folder, sampler, lora_path, work, exports.get(sampler))
+            weights = "lcm" if sampler == "lcm" else "base"
+            pipe, unet_xml = _openvino_pipe(folder, sampler, lora_path, work, exports.get(weights))
             if "ov_f32" in pipelines:
                 sweep("ov_f32", sampler, _openvino_runner(pipe))
             if int8:
-                guidance = lcm_guidance if sampler == "lcm" else base_guidance
+                guidance = lcm_guidance if sampler in LCM_SAMPLERS else base_guidance
                 quantized = quantize_unet(
                     pipe,
                     unet_xml,
@@ -248,8 +270,8 @@ def plot_adherence(rows: list[dict], ax=None, key: str = "score"):
         groups.setdefault((r["pipeline"], r["sampler"]), []).append(r)
     for (pipeline, sampler), group in groups.items():
         group = sorted(group, key=lambda r: r["steps"])
-        style = "-" if sampler == "lcm" else "--"
-        label = f"{pipeline}, {'LCM-LoRA' if sampler == 'lcm' else 'base ' + group[0]['scheduler']}"
+        style = {"lcm": "-", NO_ADAPTER: ":"}.get(sampler, "--")
+        label = f"{pipeline}, {sampler_label(sampler, group[0]['scheduler'])}"
         ax.plot([r["steps"] for r in group], [r[key] for r in group], style, marker="o", label=label)
     all_steps = sorted({r["steps"] for r in rows})
     ax.set_xscale("log")

@@ -8,7 +8,6 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import sys
 import time
 from pathlib import Path
 
@@ -235,10 +234,7 @@ def main(argv=None) -> dict:
     parser.add_argument("--calibration-samples", type=int, default=100)
     args = parser.parse_args(argv)
 
-    from sdaccel.core import env
-    from sdaccel.core.staging import update_json
-    from sdaccel.cpu.benchmark import machine_info
-    from sdaccel.cpu.families import isa_tier
+    from sdaccel.toy.report import finish
 
     result = measure(
         args.checkpoint,
@@ -252,16 +248,8 @@ def main(argv=None) -> dict:
         calibration_prompts=args.calibration_prompts,
         calibration_samples=args.calibration_samples,
     )
-    result["machine"] = {**machine_info(), "isa": isa_tier(env.cpu_features())}
-    result["command"] = " ".join(
-        ["python -m sdaccel.toy.deepcache_quality", *(argv if argv is not None else sys.argv[1:])]
-    )
-    out = Path(args.out)  # one entry per checkpoint: the others are kept
-    update_json(
-        out, lambda every: every["models"].update({Path(result["checkpoint"]).name: result}), {"models": {}}
-    )
-    print(format_table(result))
-    print(f"wrote {out} and {result['grid']}")
+    finish(result, args.out, format_table(result), "sdaccel.toy.deepcache_quality", argv, per_checkpoint=True)
+    print(f"wrote {result['grid']}")
     return result
 
 

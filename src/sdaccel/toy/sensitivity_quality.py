@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 import time
 from pathlib import Path
 
@@ -181,26 +180,15 @@ def main(argv: list[str] | None = None) -> dict:
     args = parser.parse_args(argv)
     if min(args.prompts, args.rank_prompts) < 1 or min(args.k) < 0:
         parser.error("--prompts and --rank-prompts must be at least 1, and --k 0 or more")
-    from sdaccel.core import env
-    from sdaccel.core.staging import replace_json
-    from sdaccel.cpu.benchmark import machine_info
-    from sdaccel.cpu.families import isa_tier
+    from sdaccel.toy.report import finish
 
     work = Path(args.work_dir or Path("build") / "sensitivity" / Path(args.checkpoint).name)
     groups = None if args.groups is None else tuple(args.groups)
     result = measure(
         args.checkpoint, work, args.prompts, args.rank_prompts, tuple(args.k), groups=groups, progress=True
     )
-    result["machine"] = {**machine_info(), "isa": isa_tier(env.cpu_features())}
-    result["command"] = " ".join(
-        ["python -m sdaccel.toy.sensitivity_quality", *(argv if argv is not None else sys.argv[1:])]
-    )
     out = Path(args.out or work / "sensitivity.json")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    replace_json(out, result)  # whole or not at all, if the run is stopped while it writes
-    print(format_tables(result))
-    print(f"written: {out}")
-    return result
+    return finish(result, out, format_tables(result), "sdaccel.toy.sensitivity_quality", argv)
 
 
 if __name__ == "__main__":

@@ -11,6 +11,16 @@ from __future__ import annotations
 from sdaccel.core.tables import markdown_table
 
 
+def sampler_label(sampler: str, scheduler: str) -> str:
+    """How a sweep's ``sampler`` reads in its tables and charts: ``"LCM-LoRA (LCM)"``, ``"LCM
+    sampler, no adapter"``, or ``"base (<the checkpoint's scheduler>)"``."""
+    if sampler == "lcm":
+        return "LCM-LoRA (LCM)"
+    if sampler == "lcm_no_adapter":
+        return "LCM sampler, no adapter"
+    return f"base ({scheduler})"
+
+
 def format_table(rows: list[dict], key: str = "score") -> str:
     """A Markdown table: one line per pipeline x sampler, one column per step count."""
     steps = sorted({r["steps"] for r in rows})
@@ -19,7 +29,7 @@ def format_table(rows: list[dict], key: str = "score") -> str:
         groups.setdefault((r["pipeline"], r["sampler"], r["guidance_scale"]), {})[r["steps"]] = r
     lines = []
     for (pipeline, sampler, guidance), by_steps in groups.items():
-        label = "LCM-LoRA (LCM)" if sampler == "lcm" else f"base ({by_steps[min(by_steps)]['scheduler']})"
+        label = sampler_label(sampler, by_steps[min(by_steps)]["scheduler"])
         cells = [f"{by_steps[s][key]:.3f}" if s in by_steps else "-" for s in steps]
         lines.append([pipeline, label, f"{guidance:g}", *cells])
     return markdown_table(["pipeline", "sampler", "guidance", *(f"{s} steps" for s in steps)], lines)
@@ -29,8 +39,8 @@ def pipeline_verdicts(rows: list[dict]) -> list[str]:
     """Per pipeline of a steps sweep: the adapter at 4 steps against the base at its most steps."""
     out = []
     for pipeline in dict.fromkeys(r["pipeline"] for r in rows):
-        base = [r for r in rows if r["pipeline"] == pipeline and not r["lora"]]
-        lcm = [r for r in rows if r["pipeline"] == pipeline and r["lora"] and r["steps"] == 4]
+        base = [r for r in rows if r["pipeline"] == pipeline and r["sampler"] == "base"]
+        lcm = [r for r in rows if r["pipeline"] == pipeline and r["sampler"] == "lcm" and r["steps"] == 4]
         if not base or not lcm:
             continue
         top = max(base, key=lambda r: r["steps"])

@@ -153,19 +153,11 @@ def main(argv=None) -> dict:
         steps=args.steps,
         guidance_scale=args.guidance,
     )
-    from sdaccel.core import env
-    from sdaccel.core.staging import update_json
-    from sdaccel.cpu.benchmark import machine_info
-    from sdaccel.cpu.families import isa_tier
+    from sdaccel.toy.report import finish
 
-    result["machine"] = {**machine_info(), "isa": isa_tier(env.cpu_features())}
-    out = Path(args.out)  # one entry per checkpoint: the others are kept
-    update_json(
-        out, lambda every: every["models"].update({Path(result["checkpoint"]).name: result}), {"models": {}}
+    return finish(
+        result, args.out, format_table(result), "sdaccel.toy.tome_quality", argv, per_checkpoint=True
     )
-    print(format_table(result))
-    print(f"wrote {out}")
-    return result
 
 
 if __name__ == "__main__":

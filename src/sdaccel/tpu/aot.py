@@ -4,8 +4,10 @@
 ``jax.jit(f).lower(*args).compile()`` and times lowering and compiling separately, on arrays or
 on ``jax.ShapeDtypeStruct`` (nothing runs). :class:`AOTCache` keeps one such executable per input
 signature: it is the one compile cache of :class:`sdaccel.tpu.pipeline.JaxPipeline` and
-:class:`sdaccel.tpu.sharded_pipeline.ShardedPipeline`. :func:`xla_flops` reads XLA's FLOP count
-of a compiled program (see its caveats).
+:class:`sdaccel.tpu.sharded_pipeline.ShardedPipeline`, and compiles for the CPU with
+:data:`CPU_COMPILER_OPTIONS`, without which a bfloat16 model holds a float32 copy of every weight
+while it runs (see there). :func:`xla_flops` reads XLA's FLOP count of a compiled program (see its
+caveats).
 
 This module sits below the pipelines; measuring them (timers, utilisation, the persistent
 compilation cache and its probe) is :mod:`sdaccel.tpu.compilation`, above them.
@@ -23,6 +25,31 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+#: XLA options for programs compiled for the CPU (:func:`platform_compiler_options`).
+#:
+#: XLA's CPU backend computes the dots and convolutions of a bfloat16 (or float16) model in float32:
+#: it converts each weight to float32 before its use. With its default, concurrency-optimised
+#: scheduler every one of those converts runs first, at the start of the program, and inside a
+#: sampling loop they are loop-invariant and hoisted before it; either way a float32 copy of all
+#: the weights is alive at once, twice their bfloat16 bytes on top of them (SDXL's UNet: 10.3 GB
+#: more; one 256x256 step peaked at 18 GiB). The memory-optimised scheduler converts each weight
+#: just before its use, and without the loop-invariant code motion pass the converts stay in the
+#: loop, so one weight's float32 copy is alive at a time. A 512x512 SDXL step in bfloat16: XLA's
+#: temporaries 9.7 -> 0.6 GiB, the process's peak above 16.5 GiB -> 10.1 GiB, and it compiles in
+#: half the time (``benchmarks/results/jax_memory_sdxl.md``). The images are bit for bit the same;
+#: what the pass would hoist (the cross-attention keys and values of the text) is computed at every
+#: step, a small part of one.
+CPU_COMPILER_OPTIONS: dict[str, str] = {
+    "xla_cpu_scheduler_type": "CPU_SCHEDULER_TYPE_MEMORY_OPTIMIZED",
+    "xla_disable_hlo_passes": "while-loop-invariant-code-motion",
+}
+
+
+def platform_compiler_options(platform: str) -> dict[str, str] | None:
+    """The XLA options :class:`AOTCache` compiles with for ``platform`` (``"cpu"``, ``"tpu"``...):
+    :data:`CPU_COMPILER_OPTIONS` for the CPU, none elsewhere."""
+    return dict(CPU_COMPILER_OPTIONS) if platform == "cpu" and CPU_COMPILER_OPTIONS else None
+
 
 @dataclass
 class Compiled:
@@ -37,18 +64,19 @@ class Compiled:
         return self.executable(*args)
 
 
-def aot_compile(fn: Callable, *args, **jit_kwargs) -> Compiled:
-    """``jax.jit(fn, **jit_kwargs).lower(*args).compile()``, timed in its two stages.
+def aot_compile(fn: Callable, *args, compiler_options: dict | None = None, **jit_kwargs) -> Compiled:
+    """``jax.jit(fn, **jit_kwargs).lower(*args).compile(compiler_options)``, timed in its two stages.
 
     ``fn`` may already be a ``jax.jit`` function (its own shardings are kept). ``args`` may be
     arrays or ``jax.ShapeDtypeStruct`` (with ``sharding=``): nothing runs, only shapes matter.
     The executable then accepts exactly those shapes, dtypes and shardings, and never recompiles.
+    ``compiler_options``: XLA options for this compile (see :data:`CPU_COMPILER_OPTIONS`).
     """
     jitted = fn if hasattr(fn, "lower") and not jit_kwargs else jax.jit(fn, **jit_kwargs)
     start = time.perf_counter()
     lowered = jitted.lower(*args)
     lowered_at = time.perf_counter()
-    executable = lowered.compile()
+    executable = lowered.compile(compiler_options) if compiler_options else lowered.compile()
     done = time.perf_counter()
     return Compiled(executable, lowered_at - start, done - lowered_at, xla_flops(executable))
 
@@ -65,11 +93,18 @@ class AOTCache:
 
     ``compile_s`` adds up the seconds spent lowering and compiling (read it before and after a
     call to see what the call compiled). ``mesh``: compile under ``jax.set_mesh(mesh)``.
+    ``compiler_options``: XLA options for every compile; by default those of the platform it
+    compiles for, the mesh's or the default backend's (:func:`platform_compiler_options`: on the
+    CPU, :data:`CPU_COMPILER_OPTIONS`); ``{}`` for XLA's defaults.
     """
 
-    def __init__(self, fn: Callable, *, mesh=None, **jit_kwargs):
+    def __init__(self, fn: Callable, *, mesh=None, compiler_options: dict | None = None, **jit_kwargs):
         self.jitted = jax.jit(fn, **jit_kwargs)
         self.mesh = mesh
+        if compiler_options is None:
+            platform = mesh.devices.flat[0].platform if mesh is not None else jax.default_backend()
+            compiler_options = platform_compiler_options(platform)
+        self.compiler_options = dict(compiler_options or {})
         self.executables: dict[tuple, Compiled] = {}
         self.compile_s = 0.0
 
@@ -86,7 +121,7 @@ class AOTCache:
         key = (self.signature(args), jax.config.jax_default_matmul_precision)
         if key not in self.executables:
             with jax.set_mesh(self.mesh) if self.mesh is not None else nullcontext():
-                compiled = aot_compile(self.jitted, *args)
+                compiled = aot_compile(self.jitted, *args, compiler_options=self.compiler_options)
             self.compile_s += compiled.lower_s + compiled.compile_s
             self.executables[key] = compiled
         return self.executables[key]

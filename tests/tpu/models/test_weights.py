@@ -1,9 +1,16 @@
 """Filling an NNX module from safetensors (sdaccel.tpu.models.weights): the PyTorch -> Flax
-layouts, an abstract model, counting parameters, and the loader's refusals, on a tiny module."""
+layouts, an abstract model, counting parameters, the loader's refusals, on a tiny module; and its
+memory: one copy of each weight, cast straight to the asked dtype, the mapped file let go."""
 
 from __future__ import annotations
 
+import re
+import tracemalloc
+from pathlib import Path
+
 import jax
+import jax.numpy as jnp
+import ml_dtypes
 import numpy as np
 import pytest
 from flax import nnx
@@ -84,3 +91,100 @@ def test_load_weights_names_a_missing_tensor_and_warns_of_unused_ones(tmp_path):
             reader(tmp_path / "extra", extra),
             ignore_unused=["position_ids"],
         )
+
+
+class Wide(nnx.Module):
+    """Tiny in structure, but 5 MiB of float16 weights: a 3x3 conv 256 -> 512 and a linear 1024 -> 1024."""
+
+    def __init__(self, config=None, *, rngs: nnx.Rngs):
+        self.conv = nnx.Conv(256, 512, (3, 3), rngs=rngs)
+        self.proj = nnx.Linear(1024, 1024, rngs=rngs)
+
+
+def wide_tensors(dtype) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(1)
+    shapes = {
+        "conv.weight": (512, 256, 3, 3),
+        "conv.bias": (512,),
+        "proj.weight": (1024, 1024),
+        "proj.bias": (1024,),
+    }
+    return {k: rng.standard_normal(shape, np.float32).astype(dtype) for k, shape in shapes.items()}
+
+
+def mapped_rss(path) -> int | None:
+    """Bytes of the file ``path`` resident in this process's mappings of it (``/proc/self/smaps``),
+    ``None`` where there is no such file (not Linux)."""
+    smaps, target, total, inside = Path("/proc/self/smaps"), str(Path(path).resolve()), 0, False
+    if not smaps.is_file():
+        return None
+    for line in smaps.read_text().splitlines():
+        fields = line.split(maxsplit=5)
+        if fields and re.fullmatch(r"[0-9a-f]+-[0-9a-f]+", fields[0]):
+            inside = len(fields) == 6 and fields[5] == target
+        elif inside and line.startswith("Rss:"):
+            total += int(line.split()[1]) * 1024
+    return total
+
+
+def test_load_weights_lets_go_of_the_mapped_file(tmp_path):
+    """Once loaded, none of the checkpoint stays in the loader's resident set, though its reader is
+    still open: the pages of each tensor are released once it is placed. Before, every page read
+    stayed until the reader was closed, so loading SDXL peaked at its weights plus the whole
+    mapped file (1.8x its bf16 bytes of RSS; benchmarks/results/jax_memory_sdxl.md)."""
+    tensors = wide_tensors(np.float16)
+    source = reader(tmp_path, tensors)
+    model = weights.load_weights(weights.abstract_model(Wide, None), source, dtype=jnp.bfloat16)
+    resident = mapped_rss(tmp_path / "model.safetensors")
+    if resident is None:
+        pytest.skip("no /proc/self/smaps here")
+    file_bytes = sum(t.nbytes for t in tensors.values())
+    assert resident < 64 * 1024, f"{resident} of the file's {file_bytes} bytes still mapped in"
+    assert model.proj.kernel.get_value().dtype == jnp.bfloat16
+
+
+def test_load_weights_casts_straight_to_the_asked_dtype(tmp_path):
+    """float16 -> bfloat16 is one cast (the values are NumPy's ``astype``, bit for bit), with no float32
+    copy of any weight on the way: the loader's host allocations never exceed the weights in
+    bfloat16 (on the CPU the placed arrays keep the loader's copies) plus half the largest one,
+    where a float32 intermediate would add twice the largest. And a bfloat16 file asked for
+    float32 gives float32 (it used to keep bfloat16: NumPy does not count ml_dtypes' bfloat16 as
+    floating)."""
+    tensors = wide_tensors(np.float16)
+    source = reader(tmp_path, tensors)
+    tracemalloc.start()
+    try:
+        model = weights.load_weights(weights.abstract_model(Wide, None), source, dtype=jnp.bfloat16)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    bf16_bytes = sum(t.size for t in tensors.values()) * 2
+    largest = max(t.size for t in tensors.values()) * 2  # the conv: 2.25 MiB in bfloat16
+    assert peak < bf16_bytes + largest / 2, (
+        f"host allocations peaked at {peak / bf16_bytes:.2f}x the bf16 weights"
+    )
+    expected = tensors["conv.weight"].transpose(2, 3, 1, 0).astype(ml_dtypes.bfloat16)
+    kernel = np.asarray(model.conv.kernel.get_value())
+    assert kernel.dtype == ml_dtypes.bfloat16
+    np.testing.assert_array_equal(kernel.view(np.uint16), expected.view(np.uint16))
+
+    (tmp_path / "bf16").mkdir()
+    bf16 = {k: v.astype(ml_dtypes.bfloat16) for k, v in torch_tensors().items()}
+    model = weights.load_weights(
+        weights.abstract_model(Tiny, None), reader(tmp_path / "bf16", bf16), dtype=jnp.float32
+    )
+    assert model.proj.kernel.get_value().dtype == jnp.float32
+    np.testing.assert_array_equal(
+        np.asarray(model.proj.kernel.get_value()), bf16["proj.weight"].T.astype(np.float32)
+    )
+
+
+def test_aligned_copy_is_adopted_by_device_put_on_the_cpu():
+    """The loader's copy is C-contiguous, 64-byte aligned and cast like ``astype``; on the CPU,
+    ``jax.device_put`` then uses it as the placed array's buffer (no second copy of the weight)."""
+    source = np.random.default_rng(2).standard_normal((8, 6, 3, 3)).astype(np.float16).transpose(2, 3, 1, 0)
+    out = weights.aligned_copy(source, ml_dtypes.bfloat16)
+    assert out.flags.c_contiguous and out.ctypes.data % weights.ALIGNMENT == 0
+    np.testing.assert_array_equal(out.view(np.uint16), source.astype(ml_dtypes.bfloat16).view(np.uint16))
+    if jax.default_backend() == "cpu":
+        assert jax.device_put(out).unsafe_buffer_pointer() == out.ctypes.data

@@ -39,8 +39,11 @@ def load_weights(
     """Fill every ``nnx.Param`` of ``model`` from ``reader`` and return the model.
 
     ``model`` may be abstract (built under ``nnx.eval_shape``), so no random weights are ever
-    allocated. Each tensor goes file -> (transpose, cast) -> device on its own, which keeps the
-    peak host memory near one tensor above the mapped files.
+    allocated. Each tensor goes file -> (transpose, cast) -> device on its own, and its pages of
+    the memory-mapped file are then released (:meth:`~sdaccel.core.checkpoint.WeightFile.release`),
+    which keeps the peak host memory near the placed weights plus one tensor: the file pages a
+    read touches would otherwise stay in the resident set until the reader is closed (SDXL's RSS
+    peaked at 1.8x its bf16 bytes so; ``benchmarks/bench_jax_memory.py`` measures it).
 
     Args:
       dtype: cast floating parameters to this dtype (``None`` keeps the file's dtype).
@@ -52,7 +55,6 @@ def load_weights(
       progress: a label for a tqdm progress bar over the tensors, or ``None`` for none.
     """
     import jax
-    import jax.numpy as jnp
     from flax import nnx
 
     graphdef, state = nnx.split(model)
@@ -68,8 +70,10 @@ def load_weights(
         if not isinstance(variable, nnx.Param):
             continue
         key, array = _read_tensor(reader, path, tuple(variable.get_value().shape), candidates, dtype)
-        placed = jax.device_put(array, sharding(path)) if sharding else jnp.asarray(array)
-        variable.set_value(placed)
+        # on the CPU the placed array adopts our (aligned, fresh) copy as its buffer: no second copy
+        variable.set_value(jax.device_put(array, sharding(path) if sharding else None))
+        del array
+        reader.release(key)  # its pages of the mapped file, now copied out
         used.add(key)
     # 2. What the checkpoint holds and the model does not use
     patterns = [re.compile(p) for p in ignore_unused]
@@ -107,10 +111,33 @@ def _read_tensor(
             f"Tensor {key!r} has shape {tuple(reader.shape(key))} in the checkpoint, which is "
             f"{tuple(array.shape)} in our layout, but the model built from config.json expects {expected}."
         )
-    target = dtype if (dtype is not None and np.issubdtype(array.dtype, np.floating)) else array.dtype
-    if array.dtype == ml_dtypes.bfloat16 or target != array.dtype:
-        array = array.astype(target)
-    return key, array
+    floating = np.issubdtype(array.dtype, np.floating) or array.dtype == ml_dtypes.bfloat16
+    target = np.dtype(dtype) if (dtype is not None and floating) else array.dtype
+    return key, aligned_copy(array, target)
+
+
+#: The alignment (bytes) of the arrays the loader places: ``jax.device_put`` on the CPU adopts a
+#: NumPy array aligned so as its buffer instead of copying it (XLA's CPU buffers are 64-aligned).
+ALIGNMENT = 64
+
+
+def aligned_copy(array: np.ndarray, dtype) -> np.ndarray:
+    """A fresh C-contiguous copy of ``array`` cast to ``dtype``, in one pass (the cast and the
+    layout change together; NumPy's ``astype`` casting rules), its data aligned to
+    :data:`ALIGNMENT` bytes. Never a float32 intermediate: float16 -> bfloat16 is one cast.
+
+    The loader places it with ``jax.device_put``, which on the CPU takes the buffer over: each
+    weight then exists once, with no transient second copy per tensor. (``jnp.asarray`` always
+    copies; an array from ``astype`` keeps a transposed view's strides and is only 16-aligned, so
+    it was copied again, and the freed intermediates left the heap fragmented: 0.5 GiB more
+    resident memory after SDXL's UNet.)"""
+    dtype = np.dtype(dtype)
+    nbytes = array.size * dtype.itemsize
+    raw = np.empty(nbytes + ALIGNMENT, np.uint8)
+    start = -raw.ctypes.data % ALIGNMENT
+    out = raw[start : start + nbytes].view(dtype).reshape(array.shape)
+    np.copyto(out, array, casting="unsafe")
+    return out
 
 
 def abstract_model(cls, config, seed: int = 0):
