@@ -12,9 +12,7 @@ session-scoped fixtures (exported models, compiled pipelines, executed notebooks
   which reads every executed copy). A notebook runs once per test run whichever worker asks
   first (:func:`smoke_notebook`), and the other worker reads its result.
 
-Each worker runs on its own share of the cores, and so does every process it starts
-(:func:`pytest_configure`): the libraries size their thread pools by it, and do not oversubscribe
-the machine. Each worker keeps JAX's persistent compilation cache for the run (:func:`jax_compilation_cache`),
+Each worker keeps JAX's persistent compilation cache for the run (:func:`jax_compilation_cache`),
 so a program that several tests compile is compiled once.
 
 Groups start longest first (:data:`SLOW_GROUPS`, then by number of tests), so that the two
@@ -146,63 +144,6 @@ def group_of(nodeid: str) -> str:
         if number.isdigit():
             return NOTEBOOK_GROUPS[0] if number < FIRST_CPU_NOTEBOOK else NOTEBOOK_GROUPS[1]
     return GROUPS.get(module, module)
-
-
-# ----------------------------------------------------------------------------------------------
-# One share of the cores per worker
-# ----------------------------------------------------------------------------------------------
-
-#: Set to ``0`` to leave the workers on every core.
-PIN_VAR = "SDACCEL_TEST_PIN"
-#: The cores a pinned worker had before, until it gives them back.
-ALL_CORES = pytest.StashKey[list]()
-
-
-def worker_cores(worker: int, workers: int, cores: list[int]) -> list[int]:
-    """The cores of worker ``worker`` of ``workers``: every ``workers``-th of ``cores``, or all of
-    them when there are fewer cores than workers."""
-    return cores[worker::workers] if len(cores) >= workers else cores
-
-
-def pytest_configure(config):
-    """Each xdist worker (and every process it starts: notebook kernels, quantization parts,
-    benchmark children) runs on its own share of the cores. torch's OpenMP pool, OpenVINO's
-    streams and XLA's thread pool each size themselves by the process's affinity, so two workers
-    on two cores no longer start four or more busy-waiting threads that take turns on two cores
-    (measured: a torch and OpenVINO workload, two copies side by side, took 55 s unpinned and
-    28 s pinned). Each worker's tests still see one core at least. When the other workers have
-    finished (:func:`pytest_sessionfinish` marks it), the last one takes every core again
-    (:func:`pytest_runtest_setup`)."""
-    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
-    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
-    if not worker.startswith("gw") or workers < 2 or os.environ.get(PIN_VAR) == "0":
-        return
-    cores = sorted(os.sched_getaffinity(0))
-    config.stash[ALL_CORES] = cores  # restored when the others are done
-    os.sched_setaffinity(0, worker_cores(int(worker[2:]), workers, cores))
-
-
-def _finished_marks(config) -> Path | None:
-    uid = getattr(config, "workerinput", {}).get("testrunuid")
-    return NOTEBOOK_BUILD / "workers" / uid if uid else None
-
-
-def pytest_sessionfinish(session):
-    marks = _finished_marks(session.config)
-    if marks is not None and ALL_CORES in session.config.stash:
-        marks.mkdir(parents=True, exist_ok=True)
-        (marks / os.environ["PYTEST_XDIST_WORKER"]).touch()
-
-
-def pytest_runtest_setup(item):
-    cores = item.config.stash.get(ALL_CORES, None)
-    if not cores:
-        return
-    marks = _finished_marks(item.config)
-    others = int(os.environ["PYTEST_XDIST_WORKER_COUNT"]) - 1
-    if marks is not None and marks.is_dir() and len(list(marks.iterdir())) >= others:
-        os.sched_setaffinity(0, cores)  # the last worker: its next processes use every core
-        item.config.stash[ALL_CORES] = []
 
 
 @pytest.hookimpl(optionalhook=True)

@@ -271,6 +271,7 @@ def test_smoke_checkpoints(tmp_path):
         "checkpoints/tiny-shapes-sd15",
         "checkpoints/tiny-shapes-sdxl",
         "checkpoints/tiny-shapes-sdxl-lcm-lora",
+        "checkpoints/tiny-shapes-sdxl-taesd",
     ]
 
 
