@@ -111,7 +111,8 @@ run-full: setup
 # The full profile rehearsed at real size with no network: the hub stand-in (the notebooks' hub ids,
 # real architectures and files, random weights: about 12 GB), then every notebook in the rehearsal
 # profile into build/rehearsal/ (a benchmark, not a test: hours on 2 cores). Wall time and peak
-# memory per notebook: build/rehearsal/summary.md and summary.json.
+# memory per notebook: build/rehearsal/summary.md and summary.json. Before it,
+# `python -m sdaccel.course.doctor --profile rehearsal` says what is missing from the stand-in.
 HF_STAND_IN ?= build/hf-home
 hub-cache: setup
 	$(PY) -m sdaccel.course.hub_cache $(HF_STAND_IN)

@@ -227,6 +227,17 @@ def test_models_cached_one_variant_per_component(tmp_path):
     assert gap.status == "fail" and gap.fix.startswith("python -m sdaccel.course.download --models sdxl")
     assert doctor.check_models(models, {sdxl.repo_id: files}, hub_ok=True, profile="full").status == "warn"
     assert doctor.check_models(models, {sdxl.repo_id: files}, hub_ok=False, profile="smoke").status == "info"
+    # the rehearsal reads the hub stand-in offline: a gap there stops it, and the stand-in's builder fixes it
+    gap = doctor.check_models(models, {sdxl.repo_id: files}, hub_ok=True, profile="rehearsal")
+    assert gap.status == "fail" and gap.fix.startswith("make hub-cache")
+    assert "sdaccel.course.download" not in gap.fix
+
+
+def test_the_rehearsal_needs_what_the_full_profile_needs():
+    for nb in resources.NOTEBOOKS.values():
+        assert nb.needs("rehearsal") == nb.needs("full")
+    with pytest.raises(ValueError, match="choose one of smoke, full, rehearsal"):
+        resources.NOTEBOOKS["00"].needs("huge")
 
 
 def test_a_download_that_did_not_finish_is_not_cached(tmp_path):

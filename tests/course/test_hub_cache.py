@@ -154,6 +154,26 @@ def test_the_doctor_sees_the_lcm_loras_cached(hf_home):
     assert check.status == "ok", check
 
 
+def test_the_doctors_rehearsal_reads_the_stand_in_and_names_its_fix(hf_home, tmp_path, monkeypatch):
+    """``doctor --profile rehearsal`` looks for the models in the stand-in the rehearsal's kernels
+    read (never the hub): there it finds them; in an empty stand-in they are a blocker whose fix
+    writes the stand-in."""
+    from sdaccel.course import run_profiles
+
+    monkeypatch.setitem(run_profiles.KERNEL_ENV["rehearsal"], "HF_HOME", str(hf_home))
+    assert doctor.rehearsal_cache() == hf_home / "hub"
+    checks = {c.name: c for c in doctor.run_checks("rehearsal", ["00", "04"])}
+    assert checks["models"].status == "ok", checks["models"]
+    assert "hub" not in checks, "the rehearsal asks nothing of the hub"
+    full = resources.totals(resources.select(["00", "04"]), "full")
+    assert f"{full.ram_gib:.0f} GiB needed (rehearsal)" in checks["memory"].detail
+
+    monkeypatch.setitem(run_profiles.KERNEL_ENV["rehearsal"], "HF_HOME", str(tmp_path / "empty"))
+    models = {c.name: c for c in doctor.run_checks("rehearsal", ["04"])}["models"]
+    assert models.status == "fail" and models.detail.startswith("not in the hub stand-in: ")
+    assert models.fix.startswith("make hub-cache   (python -m sdaccel.course.hub_cache ")
+
+
 def test_the_downloader_finds_nothing_left_to_fetch(hf_home):
     models = resources.models_for(resources.select(None))
     for name, model in models.items():

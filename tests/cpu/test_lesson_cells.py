@@ -205,7 +205,9 @@ def test_05_the_nncf_calls_of_the_cell_make_the_recipes_models(convert, tmp_path
         "hybrid": {},
         "full_int8": {"smooth_quant_alpha": alpha, "bias_correction": bias_correction},
     }
-    for variant in quantize.VARIANTS:
+    # the knobs move full INT8 only: the other two recipes are compared once, with the defaults
+    compared = quantize.VARIANTS if (alpha, bias_correction) == (0.95, True) else ("full_int8",)
+    for variant in compared:
         cell_model = ov.Core().read_model(tmp_path / "lesson" / f"unet_{variant}.xml")
         helper = quantize.quantize_variant(
             ov.Core().read_model(unet_xml), variant, samples, len(samples), **knobs[variant]

@@ -2,12 +2,16 @@
 
     python -m sdaccel.course.doctor                                   # the smoke profile, every notebook
     python -m sdaccel.course.doctor --profile full --notebooks 01 04 --json doctor.json
+    python -m sdaccel.course.doctor --profile rehearsal                 # before `make rehearsal`
 
 It prints one row per check (``ok``, ``warn``, ``FAIL``, ``info``), writes them as JSON when asked,
 and exits with status 1 when a check fails: a blocker that stops a notebook. Warnings (an
 unexpected package version, no TPU for the JAX notebooks) let the notebooks run, slower or
 differently. In the smoke profile it also lists, as ``full:`` rows, what the full profile would
 still lack here (the hub, the cached models, memory), so that a room can be checked a day early.
+In the rehearsal profile the models are read from the hub stand-in
+(``sdaccel.course.run_profiles.STAND_IN_HOME``), never from the hub: a model missing there is a
+blocker, and its fix is the command that writes the stand-in.
 
 Each check is a small function of its inputs (versions, paths, byte counts, a probe's result), so
 the tests can fake every condition; :func:`gather` collects the real inputs on this machine.
@@ -490,10 +494,21 @@ def check_models(
     shown = "; ".join(f"{models[n].repo_id} ({', '.join(m)})" for n, m in gaps.items())
     size = sum(models[n].download_gib for n in gaps)
     fix = f"python -m sdaccel.course.download --models {' '.join(gaps)}   (about {size:.0f} GB)"
+    if profile == "rehearsal":  # read offline from the stand-in: nothing would fetch them
+        fix = f"make hub-cache   (python -m sdaccel.course.hub_cache {stand_in_home()})"
+        return Check("models", "fail", f"not in the hub stand-in: {shown}", fix, {"missing": gaps})
     if profile != "full":
         return Check("models", "info", f"not cached: {shown}", fix, {"missing": gaps})
     # with the hub reachable the notebooks download them as they start: slow, but it works
     return Check("models", "warn" if hub_ok else "fail", f"not cached: {shown}", fix, {"missing": gaps})
+
+
+def stand_in_home() -> str:
+    """The rehearsal's ``HF_HOME`` (the hub stand-in), relative to the repository where it is inside it."""
+    from sdaccel.course.run_profiles import STAND_IN_HOME
+
+    home = STAND_IN_HOME.resolve()
+    return str(home.relative_to(REPO)) if home.is_relative_to(REPO) else str(home)
 
 
 def check_smoke_checkpoints(needed: list[str], repo: Path, tiny_root: Path, tiny_needed: list[str]) -> Check:
@@ -576,7 +591,7 @@ def run_checks(
 
     models = resources.models_for(chosen)
     try:
-        cache_info = scan_cache_dir()
+        cache_info = scan_cache_dir(rehearsal_cache() if profile == "rehearsal" else None)
     except Exception:  # no cache folder yet: nothing is cached
         cache_info = None
     cached, unfinished = read_cache(models, cache_info)
@@ -592,11 +607,14 @@ def run_checks(
             profile,
         )
     )
-    reachable, error = hub_reachable(constants.ENDPOINT)
+    # the rehearsal reads nothing from the hub: no request that would wait for a time-out offline
+    reachable, error = (None, "") if profile == "rehearsal" else hub_reachable(constants.ENDPOINT)
     token = bool(get_token())
     if profile == "full":  # the smoke profile reads no hub model: its gaps are listed as full:* below
         checks.append(check_hub(reachable, error, token, profile))
         checks.append(check_models(models, cached, bool(reachable), profile, unfinished))
+    if profile == "rehearsal":  # offline: the stand-in, never the hub
+        checks.append(check_models(models, cached, False, profile, unfinished))
     repo_dirs, tiny = smoke_checkpoints([nb.stem for nb in chosen])
     checks.append(check_smoke_checkpoints(repo_dirs, REPO, REPO / "build" / "checkpoints", tiny))
     if profile == "smoke":
@@ -604,6 +622,13 @@ def run_checks(
             chosen, models, reachable, error, token, cached, available, devices, unfinished
         )
     return checks
+
+
+def rehearsal_cache() -> Path:
+    """The hub cache folder the rehearsal's kernels read (``<HF_HOME>/hub`` of the stand-in)."""
+    from sdaccel.course.run_profiles import KERNEL_ENV
+
+    return Path(KERNEL_ENV["rehearsal"]["HF_HOME"]) / "hub"
 
 
 def download_gib(models: dict[str, resources.Model], cached: dict[str, set[str]]) -> float:

@@ -10,6 +10,9 @@ Memory and disk are per profile. The *smoke* figures cover the tiny checkpoints 
 repository; the *full* figures are estimates for the real models (weights in the precision each
 notebook uses, plus the OpenVINO exports and INT8 variants the CPU notebooks write under
 ``build/``), rounded up. The model downloads are counted once, in :data:`MODELS`, not per notebook.
+The *rehearsal* (the full profile on the hub stand-in, ``sdaccel.course.run_profiles``) needs what
+the full profile needs: the same models at the same size, and its overrides (fewer steps, a smaller
+batch) leave the weights, which dominate these figures, as they are.
 
 :func:`disk_shortfall` reads the free disk and compares it with a need, the one way both the
 pre-flight check and the downloader do it.
@@ -25,7 +28,7 @@ from pathlib import Path
 from sdaccel.core.checkpoint import LORA_FILES, TINY_VAE_FILES, allow_patterns
 from sdaccel.core.staging import free_bytes, nearest_existing
 
-PROFILES = ("smoke", "full")
+PROFILES = ("smoke", "full", "rehearsal")
 
 
 @dataclass(frozen=True)
@@ -115,7 +118,7 @@ class Notebook:
 
     def needs(self, profile: str) -> Needs:
         check_profile(profile)
-        return self.smoke if profile == "smoke" else self.full
+        return self.smoke if profile == "smoke" else self.full  # the rehearsal: the full models
 
 
 NOTEBOOKS = {
