@@ -256,6 +256,28 @@ def without_compilation_cache(jax_compilation_cache):
 
 
 @pytest.fixture(scope="session")
+def mapped_rss():
+    """``mapped_rss(path)``: the bytes of the file ``path`` resident in this process's mappings of
+    it (``/proc/self/smaps``), ``None`` where there is no such file (not Linux): what a reader of a
+    memory-mapped checkpoint still holds (tests/core/test_checkpoint.py, tests/tpu/models/test_weights.py)."""
+    import re
+
+    def resident(path) -> int | None:
+        smaps, target, total, inside = Path("/proc/self/smaps"), str(Path(path).resolve()), 0, False
+        if not smaps.is_file():
+            return None
+        for line in smaps.read_text().splitlines():
+            fields = line.split(maxsplit=5)
+            if fields and re.fullmatch(r"[0-9a-f]+-[0-9a-f]+", fields[0]):
+                inside = len(fields) == 6 and fields[5] == target
+            elif inside and line.startswith("Rss:"):
+                total += int(line.split()[1]) * 1024
+        return total
+
+    return resident
+
+
+@pytest.fixture(scope="session")
 def tiny_sdxl() -> Path:
     return ensure_checkpoint("tiny-sdxl")
 

@@ -1,9 +1,7 @@
 """Finding checkpoints, reading safetensors without torch, and the errors that name the fix."""
 
 import json
-import re
 import struct
-from pathlib import Path
 
 import ml_dtypes
 import numpy as np
@@ -64,22 +62,7 @@ def test_reader_matches_the_safetensors_library(tmp_path):
     np.testing.assert_array_equal(WeightFile(tmp_path / "x.safetensors").get("x"), array)
 
 
-def mapped_rss(path) -> int | None:
-    """Bytes of the file ``path`` resident in this process's mappings of it (``/proc/self/smaps``),
-    ``None`` where there is no such file (not Linux)."""
-    smaps, target, total, inside = Path("/proc/self/smaps"), str(Path(path).resolve()), 0, False
-    if not smaps.is_file():
-        return None
-    for line in smaps.read_text().splitlines():
-        fields = line.split(maxsplit=5)
-        if fields and re.fullmatch(r"[0-9a-f]+-[0-9a-f]+", fields[0]):
-            inside = len(fields) == 6 and fields[5] == target
-        elif inside and line.startswith("Rss:"):
-            total += int(line.split()[1]) * 1024
-    return total
-
-
-def test_release_unmaps_a_tensor_read_and_keeps_its_values(tmp_path):
+def test_release_unmaps_a_tensor_read_and_keeps_its_values(tmp_path, mapped_rss):
     """A tensor's pages stay in the resident set once read, until ``release`` (what keeps a loader
     from holding the whole mapped checkpoint beside the weights it placed); reading it again after
     works, from the page cache."""

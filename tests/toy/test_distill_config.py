@@ -1,10 +1,17 @@
 """A distillation's config refuses, naming the flag, every value that cannot work; the defaults pass."""
 
+import argparse
 import dataclasses
 
 import pytest
 
-from sdaccel.toy.distill_config import TARGET_MODULES, WEIGHT_NAME, DistillConfig
+from sdaccel.toy.distill_config import (
+    TARGET_MODULES,
+    WEIGHT_NAME,
+    DistillConfig,
+    add_config_flags,
+    config_from_args,
+)
 
 
 def test_the_defaults_pass_and_are_recorded_as_plain_values():
@@ -28,3 +35,23 @@ def test_the_defaults_pass_and_are_recorded_as_plain_values():
 def test_bad_values_name_their_flag(change, message):
     with pytest.raises(ValueError, match=message):
         dataclasses.replace(DistillConfig(), **change).check()
+
+
+def test_the_numbers_of_a_config_are_flags_and_come_back_as_a_config():
+    @dataclasses.dataclass(frozen=True)
+    class Knobs:
+        steps_max: int = 10
+        lr: float = 1e-3
+        eval_steps: tuple[int, ...] = (1, 2)  # not a number: no flag, its default kept
+
+    parser = argparse.ArgumentParser()
+    add_config_flags(parser, Knobs)
+    assert config_from_args(parser.parse_args([]), Knobs) == Knobs()
+    args = parser.parse_args(["--steps-max", "3", "--lr", "0.5"])
+    assert config_from_args(args, Knobs) == Knobs(steps_max=3, lr=0.5)
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--eval-steps", "4"])
+    # every number of the distillation's own config has its flag
+    parser = argparse.ArgumentParser()
+    add_config_flags(parser, DistillConfig)
+    assert config_from_args(parser.parse_args(["--batch", "3"]), DistillConfig).batch == 3

@@ -66,3 +66,11 @@ def test_plot_samples_writes_a_grid(tmp_path):
     }
     distill_eval.plot_samples(tmp_path / "samples.png", result, n=2)
     assert (tmp_path / "samples.png").read_bytes()[:4] == b"\x89PNG"
+    from PIL import Image
+
+    # the rows it draws: the samplers by default (LCM first), or those named (the TAESD command's)
+    result["images"]["VAE"] = [image] * 3
+    distill_eval.plot_samples(tmp_path / "samplers.png", result, n=2)
+    distill_eval.plot_samples(tmp_path / "named.png", result, n=2, rows=["VAE"])
+    samplers, named = (Image.open(tmp_path / f"{n}.png").size for n in ("samplers", "named"))
+    assert samplers[0] == named[0] and samplers[1] > named[1], (samplers, named)

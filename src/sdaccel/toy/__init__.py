@@ -34,7 +34,9 @@ OpenVINO or JAX when called. Import the module you need (``from sdaccel.toy impo
 - ``distill.run``, ``distill.distill``, ``distill.DDIMSolver``, ``distill.boundary_scalings``:
   the LCM-LoRA distillation (``python -m sdaccel.toy.distill``).
 - ``distill_config.DistillConfig``, ``distill_config.TARGET_MODULES``,
-  ``distill_config.WEIGHT_NAME``: its knobs, the layers it adapts and the file it writes.
+  ``distill_config.WEIGHT_NAME``: its knobs, the layers it adapts and the file it writes;
+  ``distill_config.add_config_flags``, ``distill_config.config_from_args``: a config's numbers as
+  command-line flags and back (both distillations' commands).
 - ``distill_eval.evaluate``, ``distill_eval.adherence_table``, ``distill_eval.plot_samples``:
   the adapter's adherence through diffusers.
 - ``model_card.write_readme``, ``model_card.refresh_readme``, ``model_card.readme_text``: the

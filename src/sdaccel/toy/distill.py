@@ -55,7 +55,13 @@ from sdaccel.core.checkpoint import read_json
 from sdaccel.core.env import cpu_model
 from sdaccel.core.staging import staged_folder
 from sdaccel.toy import dataset
-from sdaccel.toy.distill_config import TARGET_MODULES, WEIGHT_NAME, DistillConfig
+from sdaccel.toy.distill_config import (
+    TARGET_MODULES,
+    WEIGHT_NAME,
+    DistillConfig,
+    add_config_flags,
+    config_from_args,
+)
 from sdaccel.toy.distill_eval import adherence_table, evaluate, plot_samples
 from sdaccel.toy.model_card import refresh_readme, write_readme
 
@@ -462,11 +468,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("checkpoint", type=Path, help="a trained shapes checkpoint (SDXL or SD 1.x layout)")
     parser.add_argument("out_dir", type=Path, help="folder to write the adapter into")
-    for field in dataclasses.fields(DistillConfig):
-        kind = {"int": int, "float": float}.get(field.type)
-        if kind is not None:
-            flag = "--" + field.name.replace("_", "-")
-            parser.add_argument(flag, type=kind, default=field.default, help=f"default {field.default}")
+    add_config_flags(parser, DistillConfig)
     parser.add_argument("--overwrite", action="store_true", help="replace an existing out_dir")
     parser.add_argument("--no-eval", action="store_true", help="skip the diffusers evaluation and README")
     parser.add_argument(
@@ -482,10 +484,8 @@ def main(argv: list[str] | None = None) -> dict:
     if args.readme_only:
         print(refresh_readme(args.out_dir))
         return read_json(args.out_dir / "distill_log.json")
-    values = {
-        f.name: getattr(args, f.name) for f in dataclasses.fields(DistillConfig) if hasattr(args, f.name)
-    }
-    log = run(args.checkpoint, args.out_dir, DistillConfig(**values), args.overwrite, not args.no_eval)
+    config = config_from_args(args, DistillConfig)
+    log = run(args.checkpoint, args.out_dir, config, args.overwrite, not args.no_eval)
     print(json.dumps({k: log[k] for k in ("wall_s", "steps_done", "stopped_by_time")}))
     if "adherence" in log:
         print(adherence_table(log["adherence"]["rows"]))

@@ -1,6 +1,7 @@
 """What an LCM-LoRA distillation run is given and what it writes: :class:`DistillConfig` (every knob,
 recorded in ``distill_log.json``), the layers it adapts (:data:`TARGET_MODULES`) and the adapter's
-file name (:data:`WEIGHT_NAME`).
+file name (:data:`WEIGHT_NAME`). :func:`add_config_flags` and :func:`config_from_args` turn such a
+config dataclass into command-line flags and back (both distillations' commands use them).
 
 Its own module, below the training (:mod:`sdaccel.toy.distill`), the evaluation
 (:mod:`sdaccel.toy.distill_eval`) and the model card (:mod:`sdaccel.toy.model_card`), which all
@@ -9,6 +10,8 @@ read it; light: no torch here.
 
 from __future__ import annotations
 
+import argparse
+import dataclasses
 from dataclasses import dataclass
 
 #: The adapter's file in the output folder (the diffusers LoRA layout's name).
@@ -74,3 +77,21 @@ class DistillConfig:
             raise ValueError(f"--lr must be > 0, got {self.lr}.")
         if not 0 <= self.ema_decay < 1:
             raise ValueError(f"--ema-decay must be in [0, 1) (0: no EMA), got {self.ema_decay}.")
+
+
+def add_config_flags(parser: argparse.ArgumentParser, config_class: type) -> None:
+    """A ``--flag`` for each number of the dataclass ``config_class`` (``steps_max`` becomes
+    ``--steps-max``), its default the field's; other fields have no flag."""
+    for field in dataclasses.fields(config_class):
+        # the type as written (a string where annotations are postponed, as in this package)
+        kind = {"int": int, "float": float, int: int, float: float}.get(field.type)
+        if kind is not None:
+            flag = "--" + field.name.replace("_", "-")
+            parser.add_argument(flag, type=kind, default=field.default, help=f"default {field.default}")
+
+
+def config_from_args(args: argparse.Namespace, config_class: type):
+    """The ``config_class`` the flags of :func:`add_config_flags` describe (fields without a flag
+    keep their defaults)."""
+    fields = dataclasses.fields(config_class)
+    return config_class(**{f.name: getattr(args, f.name) for f in fields if hasattr(args, f.name)})

@@ -112,15 +112,17 @@ def adherence_table(rows: list[dict]) -> str:
     return markdown_table(header, cells)
 
 
-def plot_samples(path: Path, result: dict, n: int = 8) -> None:
-    """A grid: one column per held-out prompt, one row per sampler (LCM 1/2/4/8, base 20)."""
+def plot_samples(path: Path, result: dict, n: int = 8, rows: list[str] | None = None) -> None:
+    """A grid: one column per held-out prompt, one row per entry of ``result["images"]`` named in
+    ``rows`` (by default the samplers: LCM 1/2/4/8, then base 20). The tiny autoencoder's command
+    draws its decoders' rows with it too."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     n = min(n, len(result["prompts"]))
-    names = [k for k in result["images"] if k.startswith("lcm")] + [
+    names = rows or [k for k in result["images"] if k.startswith("lcm")] + [
         k for k in result["images"] if k.startswith("base")
     ]
     fig, axes = plt.subplots(len(names), n, figsize=(1.6 * n, 1.8 * len(names)), squeeze=False)

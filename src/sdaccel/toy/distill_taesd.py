@@ -57,6 +57,8 @@ from sdaccel.core.faults import fault_point
 from sdaccel.core.staging import replace_json, replace_text, staged_folder
 from sdaccel.core.tables import markdown_table
 from sdaccel.toy import dataset
+from sdaccel.toy.distill_config import add_config_flags, config_from_args
+from sdaccel.toy.distill_eval import plot_samples
 
 #: What the folder holds beside the weights and config diffusers writes.
 LOG_NAME = "taesd_log.json"
@@ -384,31 +386,6 @@ def evaluation_table(rows: list[dict]) -> str:
     return markdown_table(header, cells)
 
 
-def plot_samples(path: Path, result: dict, n: int = 8) -> None:
-    """A grid: one column per held-out prompt, the VAE's decode above the tiny autoencoder's."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    n = min(n, len(result["prompts"]))
-    names = list(result["images"])
-    fig, axes = plt.subplots(len(names), n, figsize=(1.6 * n, 1.8 * len(names)), squeeze=False)
-    for r, name in enumerate(names):
-        for c in range(n):
-            ax = axes[r, c]
-            ax.imshow(result["images"][name][c])
-            ax.set_xticks([])
-            ax.set_yticks([])
-            if c == 0:
-                ax.set_ylabel(name, fontsize=8)
-            if r == 0:
-                ax.set_title(result["prompts"][c].replace(" on ", "\non ").replace(", ", "\n"), fontsize=6)
-    fig.tight_layout()
-    fig.savefig(path, dpi=80)
-    plt.close(fig)
-
-
 # --------------------------------------------------------------------------------------------
 # 5. The model card
 
@@ -646,7 +623,8 @@ def run(
             start = time.perf_counter()
             result = evaluate(checkpoint, vae, model, config, lora, log)
             log["wall_s"]["evaluation"] = round(time.perf_counter() - start, 1)
-            plot_samples(stage / "samples.png", result)
+            # one column per held-out prompt, the VAE's decode above the tiny autoencoder's
+            plot_samples(stage / "samples.png", result, rows=list(result["images"]))
             replace_text(stage / "README.md", readme_text(dst, log))
         replace_json(stage / LOG_NAME, log)
         stage.chmod(0o755)  # a staging folder is private; the autoencoder is for everyone to read
@@ -668,11 +646,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="an LCM-LoRA of the checkpoint: its latents join the evaluation",
     )
-    for field in dataclasses.fields(TaesdConfig):
-        kind = {"int": int, "float": float}.get(field.type)
-        if kind is not None:
-            flag = "--" + field.name.replace("_", "-")
-            parser.add_argument(flag, type=kind, default=field.default, help=f"default {field.default}")
+    add_config_flags(parser, TaesdConfig)
     parser.add_argument("--overwrite", action="store_true", help="replace an existing out_dir")
     parser.add_argument("--no-eval", action="store_true", help="skip the evaluation, samples and README")
     parser.add_argument(
@@ -688,10 +662,8 @@ def main(argv: list[str] | None = None) -> dict:
     if args.readme_only:
         print(refresh_readme(args.out_dir))
         return read_json(args.out_dir / LOG_NAME)
-    values = {f.name: getattr(args, f.name) for f in dataclasses.fields(TaesdConfig)}
-    log = run(
-        args.checkpoint, args.out_dir, TaesdConfig(**values), args.lora, args.overwrite, not args.no_eval
-    )
+    config = config_from_args(args, TaesdConfig)
+    log = run(args.checkpoint, args.out_dir, config, args.lora, args.overwrite, not args.no_eval)
     print(json.dumps({k: log[k] for k in ("wall_s", "steps_done", "stopped_by_time", "decoder_parameters")}))
     if "evaluation" in log:
         print(evaluation_table(log["evaluation"]["rows"]))

@@ -4,9 +4,7 @@ memory: one copy of each weight, cast straight to the asked dtype, the mapped fi
 
 from __future__ import annotations
 
-import re
 import tracemalloc
-from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -112,22 +110,7 @@ def wide_tensors(dtype) -> dict[str, np.ndarray]:
     return {k: rng.standard_normal(shape, np.float32).astype(dtype) for k, shape in shapes.items()}
 
 
-def mapped_rss(path) -> int | None:
-    """Bytes of the file ``path`` resident in this process's mappings of it (``/proc/self/smaps``),
-    ``None`` where there is no such file (not Linux)."""
-    smaps, target, total, inside = Path("/proc/self/smaps"), str(Path(path).resolve()), 0, False
-    if not smaps.is_file():
-        return None
-    for line in smaps.read_text().splitlines():
-        fields = line.split(maxsplit=5)
-        if fields and re.fullmatch(r"[0-9a-f]+-[0-9a-f]+", fields[0]):
-            inside = len(fields) == 6 and fields[5] == target
-        elif inside and line.startswith("Rss:"):
-            total += int(line.split()[1]) * 1024
-    return total
-
-
-def test_load_weights_lets_go_of_the_mapped_file(tmp_path):
+def test_load_weights_lets_go_of_the_mapped_file(tmp_path, mapped_rss):
     """Once loaded, none of the checkpoint stays in the loader's resident set, though its reader is
     still open: the pages of each tensor are released once it is placed. Before, every page read
     stayed until the reader was closed, so loading SDXL peaked at its weights plus the whole
