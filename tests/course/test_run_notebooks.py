@@ -14,7 +14,7 @@ from sdaccel.course.run_notebooks import NotebookFailed, execute, fresh_output_d
 def smoke_settings_of_test_notebooks(monkeypatch):
     """The smoke profile of the throw-away notebooks below (``run_profiles.SMOKE`` is keyed by stem)."""
     smoke = dict(run_profiles.SMOKE)
-    for stem in ("01_x", "01_good", "02_bad", "01_results", "01_memory"):
+    for stem in ("01_x", "01_good", "02_bad", "01_results", "01_memory", "01_retry"):
         smoke[stem] = {}
     monkeypatch.setattr(run_profiles, "SMOKE", smoke)
     return smoke
@@ -58,6 +58,56 @@ def test_only_selects_by_number_and_names_unknown(tmp_path):
     assert select(nbs, ["01"]) == [nbs[1]]
     with pytest.raises(SystemExit, match="No notebook matches"):
         select(nbs, ["07"])
+
+
+def test_only_a_kernel_that_ran_no_cell_counts_as_not_started(tmp_path):
+    from papermill.exceptions import PapermillExecutionError
+
+    working = make_notebook(tmp_path / "01_x.ipynb", ["1", "2"])
+    late = RuntimeError("Kernel didn't respond in 60 seconds")
+    assert run_notebooks.kernel_did_not_start(late, working)
+    assert run_notebooks.kernel_did_not_start(late, tmp_path / "not-written.ipynb")
+    cell_error = PapermillExecutionError(1, 1, "boom", "ValueError", "boom", [])
+    assert not run_notebooks.kernel_did_not_start(cell_error, working)
+    nb = nbformat.read(working, as_version=4)
+    nb.cells[1].execution_count = 1  # a cell ran: its effects may be on disk, so no second kernel
+    nbformat.write(nb, working)
+    assert not run_notebooks.kernel_did_not_start(late, working)
+
+
+@pytest.mark.slow
+def test_a_kernel_that_does_not_start_is_started_again_once(tmp_path, monkeypatch, capsys):
+    """The kernel's ports can be taken between their choice and its bind ("Address already in
+    use"): papermill then waits for a kernel that died. The run starts one more, and only one."""
+    import papermill
+
+    real, calls = papermill.execute_notebook, []
+
+    def first_kernel_dies(notebook, working, **kwargs):
+        calls.append(working)
+        if len(calls) == 1:
+            nbformat.write(nbformat.read(notebook, as_version=4), working)  # papermill writes it first
+            raise RuntimeError("Kernel didn't respond in 60 seconds")
+        return real(notebook, working, **kwargs)
+
+    monkeypatch.setattr(papermill, "execute_notebook", first_kernel_dies)
+    nb = make_notebook(tmp_path / "01_retry.ipynb", ["print('ran')"])
+    run = execute(nb, "smoke", tmp_path / "build", tmp_path / "ckpt", timeout=120)
+    assert len(calls) == 2 and "ran" in run.executed.read_text()
+    assert (
+        "the kernel did not start: Kernel didn't respond in 60 seconds; starting another"
+        in capsys.readouterr().out
+    )
+
+    def never_starts(notebook, working, **kwargs):
+        calls.append(working)
+        raise RuntimeError("Kernel didn't respond in 60 seconds")
+
+    monkeypatch.setattr(papermill, "execute_notebook", never_starts)
+    calls.clear()
+    with pytest.raises(NotebookFailed, match="failed before it ran a cell"):
+        execute(nb, "smoke", tmp_path / "build", tmp_path / "ckpt", timeout=120)
+    assert len(calls) == run_notebooks.KERNEL_START_TRIES == 2
 
 
 @pytest.mark.slow

@@ -654,6 +654,31 @@ def execute(
     return measured
 
 
+#: How many kernels a run starts before it gives up on one that does not answer. jupyter_client
+#: picks the kernel's five TCP ports, frees them, and the kernel binds them a moment later: another
+#: process (a second runner, a test worker starting its own kernel) can take one in between, and
+#: the kernel dies with "Address already in use" while papermill waits 60 s for it. A new kernel
+#: gets new ports.
+KERNEL_START_TRIES = 2
+
+
+def kernel_did_not_start(error: Exception, working: Path) -> bool:
+    """Whether a papermill run failed before its kernel ran any cell: not a cell's error
+    (``PapermillExecutionError``), and no code cell of the working copy has run. Only then is it
+    safe to start the run again: no cell has written anything."""
+    from papermill.exceptions import PapermillExecutionError
+
+    if isinstance(error, PapermillExecutionError):
+        return False
+    try:
+        cells = json.loads(working.read_text()).get("cells", [])
+    except FileNotFoundError:
+        return True
+    except (OSError, json.JSONDecodeError):
+        return False
+    return not any(c.get("cell_type") == "code" and c.get("execution_count") for c in cells)
+
+
 def _papermill(
     notebook: Path, run: RunFiles, profile: str, params: dict, checkpoints: Path, timeout: int | None
 ) -> tuple[float, float, Exception | None]:
@@ -671,17 +696,24 @@ def _papermill(
     watch = MemoryWatch(run.run_id)
     try:
         with watch:
-            papermill.execute_notebook(
-                str(notebook),
-                str(run.working),
-                parameters=params,
-                cwd=str(notebook.parent),
-                kernel_name="python3",
-                progress_bar=False,
-                execution_timeout=timeout,
-            )
-    except Exception as err:  # papermill raises PapermillExecutionError; anything else is also a failure
-        error = err
+            for attempt in range(1, KERNEL_START_TRIES + 1):
+                try:
+                    papermill.execute_notebook(
+                        str(notebook),
+                        str(run.working),
+                        parameters=params,
+                        cwd=str(notebook.parent),
+                        kernel_name="python3",
+                        progress_bar=False,
+                        execution_timeout=timeout,
+                    )
+                    error = None
+                    break
+                except Exception as err:  # PapermillExecutionError for a cell; anything else fails too
+                    error = err
+                    if attempt == KERNEL_START_TRIES or not kernel_did_not_start(err, run.working):
+                        break
+                    print(f"  (the kernel did not start: {err}; starting another)", flush=True)
     finally:
         os.environ.clear()
         os.environ.update(env_backup)
