@@ -495,20 +495,14 @@ def check_models(
     size = sum(models[n].download_gib for n in gaps)
     fix = f"python -m sdaccel.course.download --models {' '.join(gaps)}   (about {size:.0f} GB)"
     if profile == "rehearsal":  # read offline from the stand-in: nothing would fetch them
-        fix = f"make hub-cache   (python -m sdaccel.course.hub_cache {stand_in_home()})"
+        home = rehearsal_cache().parent.resolve()
+        home = home.relative_to(REPO) if home.is_relative_to(REPO) else home
+        fix = f"make hub-cache   (python -m sdaccel.course.hub_cache {home})"
         return Check("models", "fail", f"not in the hub stand-in: {shown}", fix, {"missing": gaps})
     if profile != "full":
         return Check("models", "info", f"not cached: {shown}", fix, {"missing": gaps})
     # with the hub reachable the notebooks download them as they start: slow, but it works
     return Check("models", "warn" if hub_ok else "fail", f"not cached: {shown}", fix, {"missing": gaps})
-
-
-def stand_in_home() -> str:
-    """The rehearsal's ``HF_HOME`` (the hub stand-in), relative to the repository where it is inside it."""
-    from sdaccel.course.run_profiles import STAND_IN_HOME
-
-    home = STAND_IN_HOME.resolve()
-    return str(home.relative_to(REPO)) if home.is_relative_to(REPO) else str(home)
 
 
 def check_smoke_checkpoints(needed: list[str], repo: Path, tiny_root: Path, tiny_needed: list[str]) -> Check:
@@ -625,10 +619,11 @@ def run_checks(
 
 
 def rehearsal_cache() -> Path:
-    """The hub cache folder the rehearsal's kernels read (``<HF_HOME>/hub`` of the stand-in)."""
-    from sdaccel.course.run_profiles import KERNEL_ENV
+    """The hub cache the rehearsal's kernels read: the stand-in (``run_profiles.stand_in_cache`` of
+    their environment, the one rule the kernels' own check follows)."""
+    from sdaccel.course import run_profiles
 
-    return Path(KERNEL_ENV["rehearsal"]["HF_HOME"]) / "hub"
+    return run_profiles.stand_in_cache(run_profiles.KERNEL_ENV["rehearsal"])
 
 
 def download_gib(models: dict[str, resources.Model], cached: dict[str, set[str]]) -> float:

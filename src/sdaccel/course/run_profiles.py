@@ -428,11 +428,17 @@ RANDOM_WEIGHTS_NOTE = (
 )
 
 
-def check_stand_in(environ=None) -> Path:
-    """The hub cache of the rehearsal's ``HF_HOME``; raises, naming the command that writes it, when
-    it holds no stand-in."""
+def stand_in_cache(environ=None) -> Path:
+    """The hub cache a rehearsal kernel with the environment ``environ`` (this process's by default)
+    reads: ``HF_HUB_CACHE``, else ``<HF_HOME>/hub``, else the stand-in's default folder's."""
     environ = os.environ if environ is None else environ
-    cache = Path(environ.get("HF_HUB_CACHE") or Path(environ.get("HF_HOME") or STAND_IN_HOME) / "hub")
+    return Path(environ.get("HF_HUB_CACHE") or Path(environ.get("HF_HOME") or STAND_IN_HOME) / "hub")
+
+
+def check_stand_in(environ=None) -> Path:
+    """The hub cache of the rehearsal's ``HF_HOME`` (:func:`stand_in_cache`); raises, naming the
+    command that writes it, when it holds no stand-in."""
+    cache = stand_in_cache(environ)
     if not any(cache.glob("models--*/.sdaccel-stand-in.json")):
         raise FileNotFoundError(
             f"The rehearsal reads the hub stand-in, and {cache} holds none: write it first with "
