@@ -79,10 +79,13 @@ def test_the_ranking_measures_each_group_and_puts_the_costliest_first(ranked):
     errors = [r["error"] for r in ranking]
     assert errors == sorted(errors, reverse=True) and all(e > 0 for e in errors)
     assert all(r["score"] is None for r in ranking)
-    # each row's error is that of its group alone, measured again here
+    # each row's error is that of its group alone, measured again here. Not to the last digit: a
+    # fresh compile of an INT8 model need not repeat the float rounding of the last, and one input
+    # of a quantizer that lands on the other side of a rounding step moves the error by a few
+    # percent (0.0356 in the ranking and 0.0370 again, in one CI run on 2 loaded cores)
     top = ranking[0]
     again = np.median(quality.unet_relative_error(xml, S.only_group(quantized, top["group"]), inputs))
-    assert again == pytest.approx(top["error"], rel=1e-6)
+    assert again == pytest.approx(top["error"], rel=0.15)
     # the whole quantized UNet errs more than its costliest group alone
     whole = np.median(quality.unet_relative_error(xml, quantized, inputs))
     assert whole > top["error"]

@@ -8,10 +8,6 @@ The gathered images must equal what a single process computes.
 from __future__ import annotations
 
 import json
-import os
-import socket
-import subprocess
-import sys
 import textwrap
 
 import jax
@@ -49,8 +45,15 @@ WORKER = textwrap.dedent(
     np.save(f"{out_dir}/all_{pid}.npy", on_all["images"])
     if on_zero is not None:
         np.save(f"{out_dir}/zero_{pid}.npy", on_zero["images"])
+    from_main = dist.broadcast_from_main(np.array([pid, 7])).tolist()
+    try:  # each process at a barrier of its own name
+        dist.barrier(f"process {pid}")
+        mismatch = ""
+    except RuntimeError as e:
+        mismatch = str(e)
     info = {"pid": pid, "rows": rows.tolist(), "devices": jax.device_count(), "local": jax.local_device_count(),
-            "shard_rows": sorted({s.data.shape[0] for s in out["images"].addressable_shards})}
+            "shard_rows": sorted({s.data.shape[0] for s in out["images"].addressable_shards}),
+            "from_main": from_main, "barrier_mismatch": mismatch}
     with open(f"{out_dir}/info_{pid}.json", "w") as f:
         json.dump(info, f)
     dist.barrier("done")
@@ -70,43 +73,6 @@ STAND_IN = textwrap.dedent(
         return {"images": x}
     """
 )
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("localhost", 0))
-        return s.getsockname()[1]
-
-
-def run_workers(argv: list[str], n: int = 2, timeout: float = 120) -> list[subprocess.CompletedProcess]:
-    port = free_port()
-    procs = []
-    for pid in range(n):
-        env = {
-            **os.environ,
-            "SDACCEL_COORDINATOR_ADDRESS": f"localhost:{port}",
-            "SDACCEL_NUM_PROCESSES": str(n),
-            "SDACCEL_PROCESS_ID": str(pid),
-            "JAX_PLATFORMS": "cpu",
-            "XLA_FLAGS": "",
-        }
-        procs.append(
-            subprocess.Popen(
-                [sys.executable, *argv], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-            )
-        )
-    results = []
-    for p in procs:
-        try:
-            out, err = p.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            for q in procs:
-                q.kill()
-            raise
-        results.append(subprocess.CompletedProcess(p.args, p.returncode, out, err))
-    for r in results:
-        assert r.returncode == 0, r.stderr[-4000:]
-    return results
 
 
 # ----------------------------------------------------------------------------------------------
@@ -148,12 +114,14 @@ def test_single_process_helpers():
 
 
 @pytest.mark.slow
-def test_two_processes_match_one(tmp_path):
+def test_two_processes_match_one(tmp_path, jax_processes):
     script = tmp_path / "worker.py"
     script.write_text(STAND_IN + WORKER)
-    run_workers([str(script), str(tmp_path)])
+    jax_processes([str(script), str(tmp_path)])
     infos = [json.loads((tmp_path / f"info_{i}.json").read_text()) for i in range(2)]
     assert [i["devices"] for i in infos] == [4, 4] and [i["local"] for i in infos] == [2, 2]
+    assert [i["from_main"] for i in infos] == [[0, 7], [0, 7]]  # process 0's value on both
+    assert all("reached a different one" in i["barrier_mismatch"] for i in infos)
     assert sorted(infos[0]["rows"] + infos[1]["rows"]) == list(range(8))  # each row from one process
     assert infos[0]["shard_rows"] == [2]
     assert (tmp_path / "zero_0.npy").exists() and not (tmp_path / "zero_1.npy").exists()

@@ -12,10 +12,6 @@ except RuntimeError:  # backends already started by an earlier test module
     pass
 
 import json
-import os
-import socket
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -150,37 +146,11 @@ def test_a_failed_run_leaves_out_as_it_was(tmp_path, tiny_sdxl, monkeypatch):
 
 
 @pytest.mark.slow
-def test_two_processes_write_the_same_images(single_run, tiny_sdxl, tmp_path):
-    with socket.socket() as s:
-        s.bind(("localhost", 0))
-        port = s.getsockname()[1]
+def test_two_processes_write_the_same_images(single_run, tiny_sdxl, tmp_path, jax_processes):
     out = tmp_path / "out"
-    cmd = [
-        sys.executable,
-        "-m",
-        "sdaccel.tpu.generate",
-        "--model",
-        str(tiny_sdxl),
-        "--prompts",
-        write_prompts(tmp_path),
-    ]
-    procs = []
-    for pid in range(2):
-        env = {
-            **os.environ,
-            "SDACCEL_COORDINATOR_ADDRESS": f"localhost:{port}",
-            "SDACCEL_NUM_PROCESSES": "2",
-            "SDACCEL_PROCESS_ID": str(pid),
-            "JAX_PLATFORMS": "cpu",
-            "XLA_FLAGS": "--xla_force_host_platform_device_count=2",
-        }
-        argv = [*cmd, "--out", str(out), "--batch", "4", *COMMON]
-        procs.append(
-            subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        )
-    for p in procs:
-        _, err = p.communicate(timeout=240)
-        assert p.returncode == 0, err[-4000:]
+    argv = ["-m", "sdaccel.tpu.generate", "--model", str(tiny_sdxl), "--prompts", write_prompts(tmp_path)]
+    argv += ["--out", str(out), "--batch", "4", *COMMON]
+    jax_processes(argv, timeout=240, xla_flags="--xla_force_host_platform_device_count=2")
     timing = json.loads((out / "timing.json").read_text())
     assert (timing["process_count"], timing["device_count"], timing["batches"]) == (2, 4, 2)
     # batch 4 on 4 devices of 2 hosts against batch 8 on this process's devices: same pixels

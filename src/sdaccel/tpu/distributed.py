@@ -14,9 +14,15 @@ between hosts inside it. Three things change against a single process:
 2. **Inputs** (:func:`global_batch`): each process contributes only the rows of the global batch
    that its own devices hold (:func:`process_rows` says which), and
    ``jax.make_array_from_process_local_data`` stitches them into one global ``jax.Array``.
-3. **Outputs** (:func:`gather`): a global array's rows live on many hosts; ``process_allgather``
-   brings the whole array to every process (every process must call it), and we keep it on all
-   processes or only on process 0.
+3. **Outputs** (:func:`gather`): a global array's rows live on many hosts; a jitted identity
+   whose output sharding is replicated (``P()``) brings the whole array to every device (every
+   process must call it), and we keep it on all processes or only on process 0.
+
+Every collective here waits until it has finished on *each* local device before it returns, not
+only on the one whose copy it reads. ``jax.experimental.multihost_utils`` reads the first local
+device's copy and leaves the others running; a process that then shuts down can leave its peer
+waiting for ever on a connection that will not come (two CPU processes of two devices each hung
+so, about one run in ten on two busy cores).
 
 On one process every function here is a no-op or a plain ``device_put``, so the same code runs
 everywhere.
@@ -25,12 +31,12 @@ everywhere.
 from __future__ import annotations
 
 import os
+import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import jax
 import numpy as np
-from jax.experimental import multihost_utils
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
@@ -168,6 +174,33 @@ def replicated_global(tree, mesh: Mesh):
     )
 
 
+def _identity(x):
+    return x
+
+
+def _on_every_process(x: jax.Array) -> np.ndarray:
+    """The whole of the global array ``x`` as a host array on every process: one collective,
+    waited for on every local device (see the module's docstring) before the first copy is read."""
+    if not isinstance(x, jax.Array) or not isinstance(x.sharding, NamedSharding):
+        raise TypeError(
+            f"gather takes global jax.Arrays laid out with a NamedSharding (what jax.jit with "
+            f"out_shardings returns), got {type(x).__name__}."
+        )
+    replicated = jax.jit(_identity, out_shardings=NamedSharding(x.sharding.mesh, P()))(x)
+    replicated.block_until_ready()
+    return np.asarray(replicated.addressable_data(0))
+
+
+def _stack_processes(x: np.ndarray) -> np.ndarray:
+    """Every process's ``x`` (same shape and dtype everywhere), stacked in process order, on every
+    process."""
+    x = np.asarray(x)
+    devices = np.array(jax.devices()).reshape(jax.process_count(), jax.local_device_count())
+    by_process = NamedSharding(Mesh(devices, ("processes", "local")), P("processes"))
+    stacked = jax.make_array_from_process_local_data(by_process, x[None], (jax.process_count(), *x.shape))
+    return _on_every_process(stacked)
+
+
 def gather(tree, to: str = "all"):
     """Host numpy copies of the global arrays in ``tree``: on every process (``to="all"``), or on
     process 0 only (``to="process0"``: the others get ``None``). Every process must call it."""
@@ -176,7 +209,7 @@ def gather(tree, to: str = "all"):
     if jax.process_count() == 1:
         host = jax.tree.map(np.asarray, tree)
     else:
-        host = multihost_utils.process_allgather(tree, tiled=True)
+        host = jax.tree.map(_on_every_process, tree)
     return host if to == "all" or is_main_process() else None
 
 
@@ -185,13 +218,19 @@ def broadcast_from_main(x: np.ndarray) -> np.ndarray:
     everywhere); on one process, ``x`` itself."""
     if jax.process_count() == 1:
         return np.asarray(x)
-    return np.asarray(multihost_utils.broadcast_one_to_all(np.asarray(x)))
+    return _stack_processes(x)[0]
 
 
 def barrier(name: str) -> None:
-    """Wait until every process reaches the barrier called ``name`` (no-op on one process)."""
+    """Wait until every process reaches the barrier called ``name`` (no-op on one process); two
+    processes at barriers of different names is an error."""
     if jax.process_count() > 1:
-        multihost_utils.sync_global_devices(name)
+        names = _stack_processes(np.uint32(zlib.crc32(name.encode())))
+        if len(set(names.tolist())) > 1:
+            raise RuntimeError(
+                f"Process {jax.process_index()} reached barrier {name!r} while another process "
+                "reached a different one: the processes no longer run the same program."
+            )
 
 
 def shutdown() -> None:
