@@ -44,3 +44,12 @@ def test_further_recipes_sort_after_the_first_and_unknown_keys_last():
         "jax_fp32_20",
         "zzz",
     ]
+
+
+def test_a_recipe_key_names_the_first_lcm_recipe_as_any_other():
+    assert rows.recipe_key("lcm4_lora_int8", ["full_int8", "hybrid"]) == "lcm4_lora_full_int8"
+    assert rows.recipe_key("lcm4_lora_int8_taesd", "int8_weights") == "lcm4_lora_int8_weights_taesd"
+    assert rows.recipe_key("lcm4_lora_hybrid_taesd", ["full_int8", "hybrid"]) == "lcm4_lora_hybrid_taesd"
+    assert rows.recipe_key("ov_full_int8_20", None) == "ov_full_int8_20"
+    with pytest.raises(ValueError, match="names no --lcm-variant"):
+        rows.recipe_key("lcm4_lora_int8", [])

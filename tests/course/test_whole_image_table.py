@@ -384,3 +384,104 @@ def test_describe_names_the_runs_and_the_cpu():
     first, _ = whole_image.describe(whole_image.read_table(data), "x.json", "AMX")
     assert first.startswith("x.json: SDXL at 512x512,")
     assert whole_image.model_name("my-model") == "my-model"
+
+
+def _quality(**rows) -> dict:
+    """A sdaccel.toy.whole_image_quality result with the given rows' adherence (PSNR 30 dB each)."""
+    return {
+        "checkpoint": "checkpoints/tiny-shapes-sd15",
+        "config": {"prompts": 96},
+        "machine": {"isa": "AVX2"},
+        "command": "python -m sdaccel.toy.whole_image_quality checkpoints/tiny-shapes-sd15",
+        "rows": {key: {"adherence": a, "psnr_vs_f32": 30.0} for key, a in rows.items()},
+    }
+
+
+def test_quality_puts_each_recipes_adherence_beside_its_seconds():
+    data = _results()
+    data["settings"]["lcm_variant"] = ["full_int8", "hybrid"]  # the few-step row's recipe: full INT8
+    quality = _quality(
+        torch_fp32_20=0.958, ov_float_20=0.958, lcm4_lora_full_int8=0.74, lcm4_lora_int8_weights=0.9
+    )
+    table = whole_image.read_table(data, quality=quality)
+    rows = table["rows"]
+    assert rows["lcm4_lora_int8"]["adherence"] == 0.74  # by the run's recipe, not by the row's key
+    assert rows["ov_float_20"]["adherence"] == 0.958 and rows["ov_float_20"]["psnr_vs_f32"] == 30.0
+    assert rows["jax_lcm4_lora_taesd"]["adherence"] is None  # a recipe the toy did not run
+    assert table["quality"] == {
+        "checkpoint": "tiny-shapes-sd15",
+        "prompts": 96,
+        "isa": "AVX2",
+        "command": quality["command"],
+    }
+    lines = whole_image.markdown_table(table).splitlines()
+    assert "| adherence (toy) | PSNR dB vs f32 (toy) | precision (UNet) |" in lines[0]
+    assert all(line.count("|") == lines[0].count("|") for line in lines)
+    body = dict(zip(rows, lines[2:], strict=True))
+    assert (
+        body["ov_float_20"]
+        == "| OpenVINO float | 160.00 | 1.00 | 119.00 | 40.00 | 2.50 | 0.958 | 30.0 | bf16 |"
+    )
+    assert body["jax_lcm4_lora_taesd"].endswith("| 16.00 | - | - | f32 |")
+    assert whole_image.describe(table, "x.json", "AMX")[-1].startswith(
+        "Adherence and PSNR: the same recipe on the trained toy tiny-shapes-sd15 of this layout, 96 held-out "
+        "prompts, PSNR against its OpenVINO f32 images (measured on AVX2);"
+    )
+    # without quality: no columns, no sentence, no adherence
+    plain = whole_image.read_table(data)
+    assert plain["quality"] is None and plain["rows"]["ov_float_20"]["adherence"] is None
+    assert "adherence" not in whole_image.markdown_table(plain)
+    assert len(whole_image.describe(plain, "x.json", "AMX")) == 2
+
+
+def test_the_fastest_within_the_bound_is_named_with_what_the_fastest_of_all_costs():
+    data = _results()
+    data["settings"]["lcm_variant"] = ["full_int8"]
+    quality = _quality(
+        torch_fp32_20=0.958, ov_float_20=0.958, lcm4_lora_full_int8=0.74, jax_lcm4_lora_taesd=0.948
+    )
+    text = whole_image.findings(whole_image.read_table(data, quality=quality))
+    assert text[-1] == (
+        "Within 5 adherence points of PyTorch fp32 on the trained toy tiny-shapes-sd15 (PyTorch fp32: "
+        "0.958), the fastest is JAX, 4 steps: 25.0 s, 16.0x, adherence 0.948."
+    )
+    # JAX's 4 steps draw 0.948: one point below the bound of 0.5 points, so the bound moves the answer
+    text = whole_image.findings(whole_image.read_table(data, quality=quality), bound=0.005)
+    assert text[-1] == (
+        "Within 0.5 adherence points of PyTorch fp32 on the trained toy tiny-shapes-sd15 (PyTorch fp32: "
+        "0.958), the fastest is OpenVINO float: 160.0 s, 2.5x, adherence 0.958; the fastest of all, "
+        "JAX, 4 steps, draws 0.948."
+    )
+    quality["rows"].pop("torch_fp32_20")
+    assert (
+        "has no PyTorch fp32 adherence"
+        in whole_image.findings(whole_image.read_table(data, quality=quality))[-1]
+    )
+    assert all("adherence points" not in s for s in whole_image.findings(whole_image.read_table(data)))
+
+
+def test_quality_files_are_found_by_model_and_a_wrong_one_is_refused(tmp_path):
+    (tmp_path / whole_image.QUALITY_FILES["sd15"]).write_text(json.dumps(_quality(ov_float_20=0.9)))
+    table = whole_image.read_table(_results(), quality=tmp_path)
+    assert table["rows"]["ov_float_20"]["adherence"] == 0.9
+    sdxl = _results()
+    sdxl["settings"]["model"] = "sdxl"
+    assert whole_image.read_table(sdxl, quality=tmp_path)["quality"] is None  # none kept for SDXL
+    with pytest.raises(FileNotFoundError, match="python -m sdaccel.toy.whole_image_quality"):
+        whole_image.read_table(_results(), quality=tmp_path / "missing.json")
+    (tmp_path / "other.json").write_text(json.dumps({"rows": {}}))
+    with pytest.raises(ValueError, match="not a sdaccel.toy.whole_image_quality JSON"):
+        whole_image.read_table(_results(), quality=tmp_path / "other.json")
+
+
+@pytest.mark.parametrize("model", sorted(whole_image.QUALITY_FILES))
+def test_the_committed_quality_reads_beside_its_table(model):
+    quality = ROOT / "benchmarks" / "results" / whole_image.QUALITY_FILES[model]
+    table = whole_image.read_table(
+        ROOT / "benchmarks" / "results" / f"whole_image_{model}.json", quality=quality
+    )
+    rows = table["rows"]
+    # every row of the usual steps has its recipe's quality, PyTorch fp32 as drawn on the toy
+    usual = [k for k in rows if k.endswith("_20")]
+    assert usual and all(rows[k]["adherence"] is not None for k in usual), usual
+    assert rows["torch_fp32_20"]["adherence"] >= 0.9

@@ -56,8 +56,10 @@ a name from its module, as the notebooks do: ``from sdaccel.course.run_profiles 
   :func:`~sdaccel.course.whole_image.time_calls`, :func:`~sdaccel.course.whole_image.summarize`,
   :func:`~sdaccel.course.whole_image.compose`, :func:`~sdaccel.course.whole_image.read_table`,
   :func:`~sdaccel.course.whole_image.reference_files`, :func:`~sdaccel.course.whole_image.findings`,
-  :func:`~sdaccel.course.whole_image.segments`, :func:`~sdaccel.course.whole_image.format_table`; the
-  benchmark's rows are :data:`~sdaccel.course.whole_image_rows.ROWS`.
+  :func:`~sdaccel.course.whole_image.segments`, :func:`~sdaccel.course.whole_image.format_table`,
+  :func:`~sdaccel.course.whole_image.read_quality` (each recipe's adherence on the trained toy, beside
+  its seconds); the benchmark's rows are :data:`~sdaccel.course.whole_image_rows.ROWS`, a recipe's
+  key :func:`~sdaccel.course.whole_image_rows.recipe_key`.
 - :mod:`~sdaccel.course.few_steps` (notebook 07): :func:`~sdaccel.course.few_steps.time_images`,
   :func:`~sdaccel.course.few_steps.speed_rows`, :func:`~sdaccel.course.few_steps.format_speed`,
   :func:`~sdaccel.course.few_steps.lever_costs`, :func:`~sdaccel.course.few_steps.format_costs`,

@@ -35,7 +35,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from sdaccel.core import tables, timing
-from sdaccel.course.whole_image_rows import BASELINE, is_few_step, row_order
+from sdaccel.course.whole_image_rows import BASELINE, is_few_step, recipe_key, row_order
 from sdaccel.course.whole_image_rows import ROWS as ROWS  # the tables' rows, read here by the script
 
 #: The parts of a whole image, in call order.
@@ -250,6 +250,15 @@ def model_name(model: str) -> str:
 
 #: The reference runs kept in ``benchmarks/results`` that notebook 06 opens with, in this order.
 REFERENCE_FILES = ("whole_image_sd15.json", "whole_image_sdxl.json")
+#: Each model's recipes measured for quality on the trained toy of its layout
+#: (``python -m sdaccel.toy.whole_image_quality``), as kept in ``benchmarks/results``.
+QUALITY_FILES = {
+    "sd15": "whole_image_quality_tiny-shapes-sd15.json",
+    "sdxl": "whole_image_quality_tiny-shapes-sdxl.json",
+}
+#: How many adherence points (as a fraction) below PyTorch fp32's a recipe may lose on the toy and
+#: still count for "the fastest within the bound" (:func:`findings`).
+QUALITY_BOUND = 0.05
 
 
 def reference_files(results_dir: str | os.PathLike, given=None) -> list[Path]:
@@ -292,10 +301,47 @@ def describe(table: dict, name: str, tier: str) -> list[str]:
         f"Measured on {m['cpu']}, {m['logical_cores']} logical cores, {tier} "
         f"(flags present: {', '.join(k for k, v in flags.items() if v) or 'none'}; "
         f"absent: {', '.join(k for k, v in flags.items() if not v) or 'none'}).",
+    ] + _quality_sentence(table)
+
+
+def _quality_sentence(table: dict) -> list[str]:
+    """What the adherence and PSNR columns are, for a table read with quality."""
+    quality = table.get("quality")
+    if quality is None:
+        return []
+    return [
+        f"Adherence and PSNR: the same recipe on the trained toy {quality['checkpoint']} of this "
+        f"layout, {quality['prompts']} held-out prompts, PSNR against its OpenVINO f32 images "
+        f"(measured on {quality['isa'] or 'an unrecorded CPU'}); the benchmark's own weights are random, "
+        "so a toy stands in: its numbers show the direction and rough size of a recipe's cost, "
+        "not Stable Diffusion's."
     ]
 
 
-def read_table(source: str | os.PathLike | dict) -> dict:
+def read_quality(quality: str | os.PathLike | dict | None, model: str) -> dict | None:
+    """A ``sdaccel.toy.whole_image_quality`` result: ``quality`` is its JSON (a path or the loaded
+    dict), or a folder that holds :data:`QUALITY_FILES`' file for ``model`` (``None`` when it holds
+    none), or ``None``."""
+    if quality is None or isinstance(quality, dict):
+        return quality
+    path = Path(quality)
+    if path.is_dir():
+        name = QUALITY_FILES.get(model)
+        path = path / name if name else path
+        if not path.is_file():
+            return None
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"no quality results at {path}: make them with `python -m sdaccel.toy.whole_image_quality "
+            "<trained toy checkpoint> --lora <its LCM-LoRA> --taesd <its tiny autoencoder> --out <file>`."
+        )
+    result = json.loads(path.read_text())
+    if "rows" not in result or "config" not in result:
+        raise ValueError(f"{path} is not a sdaccel.toy.whole_image_quality JSON (it has {sorted(result)}).")
+    return result
+
+
+def read_table(source: str | os.PathLike | dict, quality: str | os.PathLike | dict | None = None) -> dict:
     """The rows of a ``bench_whole_image.py`` JSON (a path, or the loaded dict) ready to show.
 
     Returns ``{"machine": {"cpu", "logical_cores", "flags"}, "settings", "command", "baseline_s",
@@ -312,7 +358,12 @@ def read_table(source: str | os.PathLike | dict) -> dict:
     measured end to end). A failed row (``ok: false``) is kept with its error and no times.
     ``shared_cpu``: some row ran while the 1-minute load average was more than
     :data:`SHARED_LOAD_MARGIN` above the core count (other work shared the CPU, so the seconds
-    run high)."""
+    run high).
+
+    ``quality`` (:func:`read_quality`: a ``sdaccel.toy.whole_image_quality`` JSON, or the folder
+    of :data:`QUALITY_FILES`): each row gets ``adherence`` and ``psnr_vs_f32``, those of its recipe
+    on the trained toy (``None`` for a recipe the toy did not run), and the table ``quality``:
+    ``{"checkpoint", "prompts", "isa", "command"}`` (``None`` without quality)."""
     where = "the given dict"
     if not isinstance(source, dict):
         where = str(source)
@@ -330,6 +381,7 @@ def read_table(source: str | os.PathLike | dict) -> dict:
             f"(it has {sorted(source)})."
         )
     settings, machine = source["settings"], source["machine"]
+    toy = read_quality(quality, settings.get("model"))
     keys = sorted(source["rows"], key=lambda k: (row_order(k), k))
     base_row = source["rows"].get(BASELINE, {})
     baseline_s = (base_row.get("median") or {}).get("image_s") if base_row.get("ok") else None
@@ -368,6 +420,7 @@ def read_table(source: str | os.PathLike | dict) -> dict:
             "compile_s": raw.get("compile_s"),
             "unet_layers": raw.get("unet_layers"),
             "load_avg": load,
+            **_quality_of(toy, key, settings),
         }
     return {
         "machine": {
@@ -381,8 +434,27 @@ def read_table(source: str | os.PathLike | dict) -> dict:
         "baseline_cpu_s": baseline_cpu_s,
         "has_cpu_s": any(row["cpu_s"] is not None for row in rows.values()),
         "shared_cpu": shared,
+        "quality": None
+        if toy is None
+        else {
+            "checkpoint": Path(toy.get("checkpoint", "the toy")).name,
+            "prompts": toy["config"].get("prompts"),
+            "isa": (toy.get("machine") or {}).get("isa"),
+            "command": toy.get("command"),
+        },
         "rows": rows,
     }
+
+
+def _quality_of(toy: dict | None, key: str, settings: dict) -> dict:
+    """A row's ``adherence`` and ``psnr_vs_f32`` from the toy's result (``None`` where absent)."""
+    if toy is None:
+        return {"adherence": None, "psnr_vs_f32": None}
+    try:
+        found = toy["rows"].get(recipe_key(key, settings.get("lcm_variant"))) or {}
+    except ValueError:  # a few-step INT8 row of a run that does not name its recipe
+        found = {}
+    return {"adherence": found.get("adherence"), "psnr_vs_f32": found.get("psnr_vs_f32")}
 
 
 def segments(row: dict) -> list[tuple[str, float]]:
@@ -407,11 +479,12 @@ def segments(row: dict) -> list[tuple[str, float]]:
     return parts
 
 
-def findings(table: dict) -> list[str]:
-    """One to four sentences that follow from :func:`read_table`'s numbers: the fastest
+def findings(table: dict, bound: float = QUALITY_BOUND) -> list[str]:
+    """One to five sentences that follow from :func:`read_table`'s numbers: the fastest
     configuration against PyTorch fp32, the fastest at the full step count when fewer steps won,
-    how much of an image the encode and decode take, and, when some rows were composed
-    (:func:`compose`), that those were not run end to end."""
+    how much of an image the encode and decode take, when some rows were composed
+    (:func:`compose`), that those were not run end to end, and, for a table read with quality,
+    the fastest recipe that loses at most ``bound`` of PyTorch fp32's adherence on the toy."""
     ok = {key: row for key, row in table["rows"].items() if row["ok"]}
     if not ok:
         return ["No configuration of this file finished: it holds failed rows only."]
@@ -473,7 +546,35 @@ def findings(table: dict) -> list[str]:
         if ends(most) > 2 * ends(base):
             text += ": with few UNet steps the rest of the call weighs more, which seconds per step leave out"
         out.append(text + ".")
-    return out + note
+    return out + note + _within_bound(table, ok, bound)
+
+
+def _within_bound(table: dict, ok: dict, bound: float) -> list[str]:
+    """The sentence on the fastest recipe within ``bound`` adherence of PyTorch fp32 on the toy."""
+    if table.get("quality") is None:
+        return []
+    base = ok.get(BASELINE)
+    if base is None or base["adherence"] is None:
+        return [
+            f"The toy has no PyTorch fp32 adherence to hold the recipes to ({table['quality']['checkpoint']})."
+        ]
+    floor = base["adherence"] - bound
+    kept = {k: r for k, r in ok.items() if r["adherence"] is not None and r["adherence"] >= floor - 1e-9}
+    toy = f"on the trained toy {table['quality']['checkpoint']} (PyTorch fp32: {base['adherence']:.3f})"
+    if not kept:
+        return [f"No recipe kept its adherence within {bound * 100:g} points {toy}."]
+    best = min(kept.values(), key=lambda r: r["image_s"])
+    fastest = min(ok.values(), key=lambda r: r["image_s"])
+    text = (
+        f"Within {bound * 100:g} adherence points of PyTorch fp32 {toy}, the fastest is "
+        f"{best['title']}: {best['image_s']:.1f} s, {_cell(best['x_torch_fp32'], 1)}x, adherence "
+        f"{best['adherence']:.3f}"
+    )
+    if fastest is not best and fastest["adherence"] is not None:
+        text += f"; the fastest of all, {fastest['title']}, draws {fastest['adherence']:.3f}"
+    elif fastest is not best:
+        text += f"; the toy did not run the fastest of all, {fastest['title']}"
+    return [text + "."]
 
 
 def _cell(value: float | None, digits: int = 2) -> str:
@@ -485,10 +586,12 @@ def markdown_table(table: dict, notes: bool = False) -> str:
     why). ``notes``: add the UNet batch and a notes column (compile time kept apart, the UNet's
     layer precisions, the load average around the row) as the benchmark's own table has them.
     A file that recorded CPU seconds gets two more columns: each row's CPU seconds and its ratio
-    to PyTorch fp32 in CPU seconds."""
+    to PyTorch fp32 in CPU seconds; a table read with ``quality`` two more: each recipe's adherence
+    and PSNR against f32 on the trained toy."""
     # 1. The columns and their alignment (the numbers right-aligned)
     steps = table["settings"].get("steps")
     cpu = table.get("has_cpu_s", False)
+    quality = table.get("quality") is not None
     columns = [
         "configuration",
         "whole image s",
@@ -497,18 +600,19 @@ def markdown_table(table: dict, notes: bool = False) -> str:
         "decode s",
         f"x PyTorch fp32, {steps} steps",
         *(["CPU s", "x PyTorch fp32 (CPU s)"] if cpu else []),
+        *(["adherence (toy)", "PSNR dB vs f32 (toy)"] if quality else []),
         "precision (UNet)",
     ]
-    align = "l" + "r" * (7 if cpu else 5) + "l"
+    align = "l" + "r" * (5 + 2 * cpu + 2 * quality) + "l"
     if notes:
         columns += ["UNet batch", "notes"]
         align += "rl"
     # 2. One line per row, through the package's one table writer
-    rows = [_table_cells(row, cpu, notes, len(columns)) for row in table["rows"].values()]
+    rows = [_table_cells(row, cpu, quality, notes, len(columns)) for row in table["rows"].values()]
     return tables.markdown_table(columns, rows, align)
 
 
-def _table_cells(row: dict, cpu: bool, notes: bool, width: int) -> list[str]:
+def _table_cells(row: dict, cpu: bool, quality: bool, notes: bool, width: int) -> list[str]:
     """The cells of one row of :func:`markdown_table` (``width`` of them)."""
     title = row["title"].replace("|", "/")
     if not row["ok"]:
@@ -530,6 +634,7 @@ def _table_cells(row: dict, cpu: bool, notes: bool, width: int) -> list[str]:
         decode,
         _cell(row["x_torch_fp32"]),
         *([_cell(row["cpu_s"]), _cell(row["x_torch_fp32_cpu"])] if cpu else []),
+        *([_cell(row["adherence"], 3), _cell(row["psnr_vs_f32"], 1)] if quality else []),
         row["precision"] or "-",
     ]
     if notes:

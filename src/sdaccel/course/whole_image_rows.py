@@ -85,3 +85,17 @@ def row_order(key: str) -> float:
     if key.startswith(LCM_PREFIX):
         return ROWS.index(LCM4_LORA_INT8_TAESD) + 0.5
     return len(ROWS)
+
+
+def recipe_key(key: str, lcm_variants) -> str:
+    """The key that names a row's recipe whatever the run's order of ``--lcm-variant``: the first
+    recipe's few-step rows (``lcm4_lora_int8``, ``lcm4_lora_int8_taesd``) get the key a further
+    recipe's would (``lcm4_lora_full_int8_taesd``, :func:`lcm_row_key`); every other key is its own.
+    ``lcm_variants``: the run's ``settings["lcm_variant"]`` (a name or a list of names). The toy's
+    quality of each recipe (:mod:`sdaccel.toy.whole_image_quality`) is keyed so."""
+    if key not in LCM_ROWS:
+        return key
+    variants = [lcm_variants] if isinstance(lcm_variants, str) else list(lcm_variants or ())
+    if not variants:
+        raise ValueError(f"Row {key!r} is a few-step INT8 row, but the run names no --lcm-variant.")
+    return lcm_row_key(key, 1, variants[0])

@@ -53,7 +53,13 @@ OpenVINO or JAX when called. Import the module you need (``from sdaccel.toy impo
   ``adherence.vae_decoder_quality``, ``adherence.FLOAT_GROUP_VARIANTS``: every pipeline and INT8
   recipe, side by side (``python -m sdaccel.toy.adherence``).
 - ``adherence_steps.adherence_vs_steps``, ``adherence_steps.plot_adherence``: adherence against
-  steps, base sampler and LCM-LoRA (``python -m sdaccel.toy.adherence_steps``).
+  steps, base sampler and LCM-LoRA (``python -m sdaccel.toy.adherence_steps``);
+  ``adherence_steps.openvino_pipe``, ``adherence_steps.openvino_runner``,
+  ``adherence_steps.jax_runner``: each of its pipelines, for a sampler, an adapter and a decoder.
+- ``whole_image_quality.measure``, ``whole_image_quality.format_table``: each recipe of the
+  whole-image tables (20 steps; 4 LCM steps with INT8 and the tiny autoencoder) on the trained toy
+  of its layout, its adherence and PSNR against f32, keyed as the benchmark's rows
+  (``python -m sdaccel.toy.whole_image_quality``).
 - ``steps_report.format_table``, ``steps_report.pipeline_verdicts``: what such a sweep says.
 - ``calibration.calibrate_on_training_captions``: INT8 calibration data from training captions.
 - ``deepcache_quality.measure``, ``deepcache_quality.format_table``: DeepCache's cost in adherence
@@ -90,4 +96,5 @@ __all__ = [
     "steps_report",
     "tome_quality",
     "train",
+    "whole_image_quality",
 ]

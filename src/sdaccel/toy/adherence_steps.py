@@ -76,13 +76,20 @@ def image_size(folder: Path) -> int:
     return read_config(folder, "unet")["sample_size"] * vae_scale_factor_of(folder, "vae")
 
 
-def _jax_runner(folder: Path, sampler: str, lora: Path | None):
+def jax_runner(folder: Path, sampler: str, lora: Path | None, vae: str | Path | None = None):
+    """``run(prompts, latents, steps, guidance_scale, size) -> uint8 images`` of the JAX pipeline,
+    float32, with ``sampler``'s scheduler (the adapter fused for ``"lcm"``) and ``vae`` (``None``:
+    the checkpoint's own; a tiny autoencoder's folder: decode with it)."""
     import jax.numpy as jnp
 
     from sdaccel.tpu.pipeline import JaxPipeline
 
     pipe = JaxPipeline.from_pretrained(
-        folder, dtype=jnp.float32, progress=False, scheduler="lcm" if sampler in LCM_SAMPLERS else None
+        folder,
+        dtype=jnp.float32,
+        progress=False,
+        scheduler="lcm" if sampler in LCM_SAMPLERS else None,
+        vae=None if vae is None else str(vae),
     )
     if sampler == "lcm":
         pipe.fuse_lora([(str(lora), 1.0)])
@@ -101,10 +108,18 @@ def _jax_runner(folder: Path, sampler: str, lora: Path | None):
     return run
 
 
-def _openvino_pipe(folder: Path, sampler: str, lora: Path | None, work: Path, export_dir: Path | None = None):
-    """The OpenVINO pipeline of ``sampler``: the export with the adapter fused for ``"lcm"``, the
-    base export otherwise (``work/openvino_<lcm|base>`` unless ``export_dir``), exported once and
-    then reused (quietly: "already holds a complete export" is no news here)."""
+def openvino_pipe(
+    folder: Path,
+    sampler: str,
+    lora: Path | None,
+    work: Path,
+    export_dir: Path | None = None,
+    vae: str | Path | None = None,
+):
+    """The OpenVINO pipeline of ``sampler`` (f32 hint) and its UNet's IR: the export with the
+    adapter fused for ``"lcm"``, the base export otherwise (``work/openvino_<lcm|base>`` unless
+    ``export_dir``), exported once and then reused (quietly: "already holds a complete export" is
+    no news here); ``vae``: a tiny autoencoder's folder to decode with (``None``: the export's VAE)."""
     import contextlib
     import io
 
@@ -124,12 +139,18 @@ def _openvino_pipe(folder: Path, sampler: str, lora: Path | None, work: Path, ex
             lora=adapters,
         )
     pipe = OVPipeline.from_pretrained(
-        export_dir, precision="f32", scheduler="lcm" if sampler in LCM_SAMPLERS else None
+        export_dir,
+        precision="f32",
+        scheduler="lcm" if sampler in LCM_SAMPLERS else None,
+        vae=None if vae is None else str(vae),
     )
     return pipe, export_dir / "unet" / "openvino_model.xml"
 
 
-def _openvino_runner(pipe):
+def openvino_runner(pipe):
+    """``run(prompts, latents, steps, guidance_scale, size) -> uint8 images`` of an
+    :class:`~sdaccel.cpu.pipeline.OVPipeline`."""
+
     def run(prompts, latents, steps, guidance_scale, size):
         out = pipe.generate(
             list(prompts),
@@ -231,12 +252,12 @@ def adherence_vs_steps(
 
     for sampler in samplers:
         if "jax_fp32" in pipelines:
-            sweep("jax_fp32", sampler, _jax_runner(folder, sampler, lora_path))
+            sweep("jax_fp32", sampler, jax_runner(folder, sampler, lora_path))
         if "ov_f32" in pipelines or int8:
             weights = "lcm" if sampler == "lcm" else "base"
-            pipe, unet_xml = _openvino_pipe(folder, sampler, lora_path, work, exports.get(weights))
+            pipe, unet_xml = openvino_pipe(folder, sampler, lora_path, work, exports.get(weights))
             if "ov_f32" in pipelines:
-                sweep("ov_f32", sampler, _openvino_runner(pipe))
+                sweep("ov_f32", sampler, openvino_runner(pipe))
             if int8:
                 guidance = lcm_guidance if sampler in LCM_SAMPLERS else base_guidance
                 quantized = quantize_unet(
@@ -251,7 +272,7 @@ def adherence_vs_steps(
                 )
                 for variant, xml in quantized.items():
                     pipe.replace_unet(xml)
-                    sweep(variant, sampler, _openvino_runner(pipe))
+                    sweep(variant, sampler, openvino_runner(pipe))
                 pipe.replace_unet(unet_xml)
     return rows
 

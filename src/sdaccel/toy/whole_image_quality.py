@@ -1,0 +1,237 @@
+"""What each recipe of the whole-image tables costs in picture, measured on a trained toy of its layout.
+
+    python -m sdaccel.toy.whole_image_quality checkpoints/tiny-shapes-sdxl \\
+        --lora checkpoints/tiny-shapes-sdxl-lcm-lora --taesd checkpoints/tiny-shapes-sdxl-taesd \\
+        --prompts 96 --out benchmarks/results/whole_image_quality_tiny-shapes-sdxl.json
+
+``benchmarks/bench_whole_image.py`` times SD 1.5 and SDXL at their real size, with random weights
+(no machine here reaches the hub): its images show nothing, so its table cannot say what a
+recipe costs. Here the same recipes run on a trained shapes toy of the same layout
+(:mod:`sdaccel.toy.dataset`), on held-out prompts, every row from the same noise
+(:func:`sdaccel.toy.comparison.paired_latents`):
+
+1. **The usual steps, with guidance** (:func:`sdaccel.toy.adherence.evaluate`): PyTorch fp32,
+   OpenVINO at the plugin's default precision (the benchmark's "best float": bf16 on a CPU with
+   AVX-512 BF16 or AMX, f32 elsewhere; the row says which ran), each INT8 recipe of the UNet, and
+   JAX fp32.
+2. **Few LCM steps, the LCM-LoRA fused, no guidance** (when ``lora`` is given): each INT8 recipe
+   of the fused UNet, calibrated with the LCM sampler, decoded by the VAE and, when ``taesd`` is
+   given, by the tiny autoencoder; and JAX fp32 with the tiny autoencoder.
+
+Each row: the prompt adherence (:func:`sdaccel.toy.dataset.adherence`) and the PSNR of its images
+against OpenVINO f32's at the usual steps (the float reference, not a row of the table). INT8 rows
+run their float layers with the f32 hint, so that INT8 is what they add to the float row.
+
+Rows are keyed as :func:`sdaccel.course.whole_image_rows.recipe_key` names the benchmark's rows
+(``ov_full_int8_20``, ``lcm4_lora_full_int8_taesd``), which is how notebook 06 and the
+benchmark's tables put each recipe's quality beside its seconds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from sdaccel.core.tables import markdown_table
+
+#: The INT8 recipes of the UNet measured by default (those of the benchmark's rows).
+VARIANTS = ("int8_weights", "hybrid", "full_int8")
+#: The float reference of every PSNR: OpenVINO, f32 hint, the usual steps.
+REFERENCE = "ov_f32"
+#: The rows of the usual steps: :func:`sdaccel.toy.adherence.evaluate`'s name -> the row's key.
+USUAL_STEPS_ROWS = {"torch_fp32": "torch_fp32_20", "ov_default": "ov_float_20", "jax_fp32": "jax_fp32_20"}
+#: The JAX row of few steps (LCM, the adapter fused, the tiny autoencoder).
+JAX_FEW_STEPS_ROW = "jax_lcm4_lora_taesd"
+
+
+def usual_steps_key(variant: str) -> str:
+    """The key of the OpenVINO row of the usual steps with ``variant``'s INT8 UNet."""
+    return f"ov_{variant}_20"
+
+
+def few_steps_key(variant: str, tiny: bool) -> str:
+    """The key of the few-step OpenVINO row with ``variant``'s INT8 UNet (``tiny``: decoded by the
+    tiny autoencoder)."""
+    return f"lcm4_lora_{variant}" + ("_taesd" if tiny else "")
+
+
+def measure(
+    checkpoint: str | Path,
+    work_dir: str | Path,
+    lora: str | Path | None = None,
+    taesd: str | Path | None = None,
+    num_prompts: int = 96,
+    steps: int = 20,
+    few_steps: int = 4,
+    guidance_scale: float = 6.0,
+    variants: Sequence[str] = VARIANTS,
+    seed: int = 0,
+) -> dict:
+    """Every recipe's adherence and PSNR against OpenVINO f32 (see the module's docstring).
+
+    ``work_dir`` receives the exports and the quantized UNets (reused when present). ``taesd``
+    needs ``lora`` (the tiny autoencoder is measured on the few-step rows). Returns
+    ``{"checkpoint", "config", "rows": {key: {"title", "adherence", "psnr_vs_f32", "precision",
+    "steps", "seconds"}}}``.
+    """
+    from sdaccel.core.checkpoint import resolve_checkpoint
+    from sdaccel.cpu import quality
+    from sdaccel.toy import adherence, adherence_steps, dataset
+    from sdaccel.toy.comparison import paired_latents
+
+    # 1. Every input checked before anything runs
+    if taesd is not None and lora is None:
+        raise ValueError("The tiny autoencoder is measured on the few-step rows: pass lora= with taesd=.")
+    unknown = [v for v in variants if v not in VARIANTS]
+    if unknown:
+        raise ValueError(f"Unknown INT8 recipes {unknown}; choose from {list(VARIANTS)}.")
+    if num_prompts < 1 or min(steps, few_steps) < 1:
+        raise ValueError(f"prompts and steps must be at least 1, got {num_prompts}, {steps}, {few_steps}.")
+    lora_path = None if lora is None else adherence_steps.lora_file(lora)
+    folder = resolve_checkpoint(checkpoint)
+    work = Path(work_dir)
+
+    # 2. The usual steps, with guidance: every front-end and INT8 recipe
+    usual = adherence.evaluate(
+        folder,
+        work / "usual_steps",
+        num_prompts=num_prompts,
+        steps=steps,
+        guidance_scale=guidance_scale,
+        seed=seed,
+        pipelines=("torch_fp32", "jax_fp32", "ov_f32", "ov_default"),
+        variants=tuple(variants),
+    )
+    reference = usual["images"][REFERENCE]
+    rows = {}
+
+    def add(key, title, images, precision, n, seconds):
+        rows[key] = {
+            "title": title,
+            "adherence": dataset.adherence(images, usual["prompts"])["score"],
+            "psnr_vs_f32": quality.compare_images(reference, images)["psnr_mean"],
+            "precision": precision,
+            "steps": n,
+            "seconds": round(seconds, 2),
+        }
+
+    titles = {"torch_fp32": "PyTorch fp32", "ov_default": "OpenVINO, the plugin's default precision"}
+    titles["jax_fp32"] = "JAX fp32"
+    for name, row in usual["rows"].items():
+        key = USUAL_STEPS_ROWS.get(name) or (usual_steps_key(name) if name in variants else None)
+        if key is not None:
+            title = titles.get(name, f"OpenVINO {name} UNet")
+            add(
+                key, f"{title}, {steps} steps", usual["images"][name], row["precision"], steps, row["seconds"]
+            )
+
+    # 3. Few LCM steps with the adapter fused: each INT8 recipe, with the VAE and the tiny autoencoder
+    if lora_path is not None:
+        size = usual["config"]["size"]
+        prompts = usual["prompts"]
+        latents = paired_latents(folder, num_prompts, size, seed)
+        few = work / "few_steps"
+        pipes = {False: adherence_steps.openvino_pipe(folder, "lcm", lora_path, few)}
+        unet_xml = pipes[False][1]
+        if taesd is not None:
+            pipes[True] = adherence_steps.openvino_pipe(folder, "lcm", lora_path, few, vae=taesd)
+        quantized = adherence.quantize_unet(
+            pipes[False][0],
+            unet_xml,
+            few / "int8",
+            list(variants),
+            steps=adherence_steps.CALIBRATION_STEPS["lcm"],
+            guidance_scale=1.0,
+            size=size,
+            seed=seed,
+        )
+        for variant, xml in quantized.items():
+            for tiny, (pipe, _) in pipes.items():
+                pipe.replace_unet(xml)
+                start = time.perf_counter()
+                images = adherence_steps.openvino_runner(pipe)(prompts, latents, few_steps, 1.0, size)
+                decoder = " + tiny autoencoder" if tiny else ""
+                title = f"OpenVINO {variant} UNet, {few_steps} steps LCM + LoRA fused{decoder}"
+                add(
+                    few_steps_key(variant, tiny),
+                    title,
+                    images,
+                    f"int8+{pipe.precision}",
+                    few_steps,
+                    time.perf_counter() - start,
+                )
+        if taesd is not None:
+            start = time.perf_counter()
+            run = adherence_steps.jax_runner(folder, "lcm", lora_path, vae=taesd)
+            images = run(prompts, latents, few_steps, 1.0, size)
+            title = f"JAX fp32, {few_steps} steps LCM + LoRA fused + tiny autoencoder"
+            add(JAX_FEW_STEPS_ROW, title, images, "f32", few_steps, time.perf_counter() - start)
+
+    # 4. The result, with what ran
+    config = {
+        **usual["config"],
+        "few_steps": few_steps,
+        "lora": None if lora is None else str(lora),
+        "taesd": None if taesd is None else str(taesd),
+        "variants": list(variants),
+        "reference": f"OpenVINO f32 hint, {steps} steps",
+        "int8_float_layers": "f32 hint",
+    }
+    return {"checkpoint": str(checkpoint), "config": config, "rows": rows}
+
+
+def format_table(result: dict) -> str:
+    """The rows as a Markdown table: adherence and PSNR against OpenVINO f32."""
+    rows = [
+        [row["title"], f"{row['adherence']:.3f}", f"{row['psnr_vs_f32']:.1f}", row["precision"]]
+        for row in result["rows"].values()
+    ]
+    prompts = result["config"]["prompts"]
+    return markdown_table(
+        ["recipe", f"adherence ({prompts} held-out prompts)", "PSNR dB vs OpenVINO f32", "precision"],
+        rows,
+        align="lrrl",
+    )
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("checkpoint", help="a trained shapes checkpoint (diffusers layout)")
+    parser.add_argument("--lora", default=None, help="its LCM-LoRA (folder or file): the few-step rows")
+    parser.add_argument("--taesd", default=None, help="its tiny autoencoder's folder (needs --lora)")
+    parser.add_argument("--prompts", type=int, default=96, help="held-out prompts (default 96)")
+    parser.add_argument("--steps", type=int, default=20, help="the usual steps (default 20)")
+    parser.add_argument("--few-steps", type=int, default=4, help="the LCM steps (default 4)")
+    parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=VARIANTS)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--work-dir", default=None, help="default build/whole_image_quality/<checkpoint name>"
+    )
+    parser.add_argument("--out", default=None, help="JSON (default: quality.json in the work folder)")
+    args = parser.parse_args(argv)
+    if args.taesd is not None and args.lora is None:
+        parser.error("--taesd is measured on the few-step rows: give --lora too")
+    from sdaccel.toy.report import finish
+
+    work = Path(args.work_dir or Path("build") / "whole_image_quality" / Path(args.checkpoint).name)
+    result = measure(
+        args.checkpoint,
+        work,
+        lora=args.lora,
+        taesd=args.taesd,
+        num_prompts=args.prompts,
+        steps=args.steps,
+        few_steps=args.few_steps,
+        variants=tuple(args.variants),
+        seed=args.seed,
+    )
+    out = Path(args.out or work / "quality.json")
+    return finish(result, out, format_table(result), "sdaccel.toy.whole_image_quality", argv)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,88 @@
+"""sdaccel.toy.whole_image_quality: each whole-image recipe's adherence and PSNR on a trained toy,
+keyed as the benchmark's rows are. Kept short (2 prompts, 2 and 1 steps, weight-only INT8 with no
+calibration run): the path is the committed command's, the numbers are the kept JSON's."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from sdaccel.course import whole_image_rows
+from sdaccel.toy import whole_image_quality as wq
+
+REPO = Path(__file__).resolve().parents[2]
+TOY = REPO / "checkpoints" / "tiny-shapes-sdxl"
+LORA = REPO / "checkpoints" / "tiny-shapes-sdxl-lcm-lora"
+TAESD = REPO / "checkpoints" / "tiny-shapes-sdxl-taesd"
+
+
+def benchmark_recipe_keys() -> set[str]:
+    """Every key whole_image_rows.recipe_key can give a row of bench_whole_image.py."""
+    keys = set(whole_image_rows.ROWS) - set(whole_image_rows.LCM_ROWS)
+    for variant in wq.VARIANTS:
+        keys.add(whole_image_rows.ov_row_key(variant))
+        keys |= {whole_image_rows.recipe_key(key, [variant]) for key in whole_image_rows.LCM_ROWS}
+    return keys
+
+
+@pytest.fixture(scope="module")
+def measured(tmp_path_factory):
+    if not (TOY / "model_index.json").is_file():
+        pytest.skip("no committed checkpoint tiny-shapes-sdxl")
+    work = tmp_path_factory.mktemp("whole-image-quality")
+    out = work / "quality.json"
+    argv = [str(TOY), "--lora", str(LORA), "--taesd", str(TAESD), "--prompts", "2", "--steps", "2"]
+    argv += ["--few-steps", "1", "--variants", "int8_weights", "--work-dir", str(work), "--out", str(out)]
+    return wq.main(argv), json.loads(out.read_text())
+
+
+def test_every_row_is_a_recipe_of_the_benchmark(measured):
+    result, written = measured
+    assert set(result["rows"]) == {
+        "torch_fp32_20",
+        "ov_float_20",
+        "jax_fp32_20",
+        "ov_int8_weights_20",
+        "lcm4_lora_int8_weights",
+        "lcm4_lora_int8_weights_taesd",
+        "jax_lcm4_lora_taesd",
+    }
+    assert set(result["rows"]) <= benchmark_recipe_keys()
+    assert written["rows"].keys() == result["rows"].keys()
+    assert written["command"].startswith("python -m sdaccel.toy.whole_image_quality")
+    assert written["machine"]["isa"]
+
+
+def test_each_row_has_its_adherence_and_psnr_against_openvino_f32(measured):
+    rows = measured[0]["rows"]
+    for key, row in rows.items():
+        assert 0.0 <= row["adherence"] <= 1.0, (key, row)
+        assert row["psnr_vs_f32"] > 5 and not math.isnan(row["psnr_vs_f32"]), (key, row)
+    assert [rows[k]["steps"] for k in ("ov_float_20", "lcm4_lora_int8_weights")] == [2, 1]
+    # the tiny autoencoder decodes the same latents to other pixels than the VAE
+    assert (
+        rows["lcm4_lora_int8_weights_taesd"]["psnr_vs_f32"] != rows["lcm4_lora_int8_weights"]["psnr_vs_f32"]
+    )
+    assert rows["ov_int8_weights_20"]["precision"].startswith("int8+")
+    assert "| recipe | adherence (2 held-out prompts) | PSNR dB vs OpenVINO f32 | precision |" in (
+        wq.format_table(measured[0])
+    )
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"taesd": TAESD}, "pass lora= with taesd="),
+        ({"variants": ("int4",)}, "Unknown INT8 recipes"),
+        ({"num_prompts": 0}, "at least 1"),
+        ({"lora": REPO / "checkpoints"}, "no LoRA weights"),
+    ],
+)
+def test_bad_input_is_refused_before_anything_is_written(tmp_path, kwargs, message):
+    work = tmp_path / "work"
+    with pytest.raises((ValueError, FileNotFoundError), match=message):
+        wq.measure(TOY, work, **kwargs)
+    assert not work.exists()
