@@ -107,25 +107,31 @@ def measure(
     reference = usual["images"][REFERENCE]
     rows = {}
 
-    def add(key, title, images, precision, n, seconds):
+    def add(key, title, adherence_score, psnr, precision, n, seconds):
         rows[key] = {
             "title": title,
-            "adherence": dataset.adherence(images, usual["prompts"])["score"],
-            "psnr_vs_f32": quality.compare_images(reference, images)["psnr_mean"],
+            "adherence": adherence_score,
+            "psnr_vs_f32": psnr,
             "precision": precision,
             "steps": n,
             "seconds": round(seconds, 2),
         }
 
-    titles = {"torch_fp32": "PyTorch fp32", "ov_default": "OpenVINO, the plugin's default precision"}
-    titles["jax_fp32"] = "JAX fp32"
-    for name, row in usual["rows"].items():
+    def add_images(key, title, images, precision, n, seconds):  # a few-step row: scored here
+        score = dataset.adherence(images, usual["prompts"])["score"]
+        add(key, title, score, quality.compare_images(reference, images)["psnr_mean"], precision, n, seconds)
+
+    titles = {
+        "torch_fp32": "PyTorch fp32",
+        "ov_default": "OpenVINO, the plugin's default precision",
+        "jax_fp32": "JAX fp32",
+    }
+    for name, row in usual["rows"].items():  # evaluate() scored these against OpenVINO f32 already
         key = USUAL_STEPS_ROWS.get(name) or (usual_steps_key(name) if name in variants else None)
         if key is not None:
-            title = titles.get(name, f"OpenVINO {name} UNet")
-            add(
-                key, f"{title}, {steps} steps", usual["images"][name], row["precision"], steps, row["seconds"]
-            )
+            title = f"{titles.get(name, f'OpenVINO {name} UNet')}, {steps} steps"
+            score, psnr = row["adherence"]["score"], row[f"vs_{REFERENCE}"]["psnr_mean"]
+            add(key, title, score, psnr, row["precision"], steps, row["seconds"])
 
     # 3. Few LCM steps with the adapter fused: each INT8 recipe, with the VAE and the tiny autoencoder
     if lora_path is not None:
@@ -154,7 +160,7 @@ def measure(
                 images = adherence_steps.openvino_runner(pipe)(prompts, latents, few_steps, 1.0, size)
                 decoder = " + tiny autoencoder" if tiny else ""
                 title = f"OpenVINO {variant} UNet, {few_steps} steps LCM + LoRA fused{decoder}"
-                add(
+                add_images(
                     few_steps_key(variant, tiny),
                     title,
                     images,
@@ -167,7 +173,7 @@ def measure(
             run = adherence_steps.jax_runner(folder, "lcm", lora_path, vae=taesd)
             images = run(prompts, latents, few_steps, 1.0, size)
             title = f"JAX fp32, {few_steps} steps LCM + LoRA fused + tiny autoencoder"
-            add(JAX_FEW_STEPS_ROW, title, images, "f32", few_steps, time.perf_counter() - start)
+            add_images(JAX_FEW_STEPS_ROW, title, images, "f32", few_steps, time.perf_counter() - start)
 
     # 4. The result, with what ran
     config = {
