@@ -4,6 +4,8 @@ quantization, an impossible bound is an error, and neither writes anything."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -179,3 +181,99 @@ def test_checked_result_accepts_numbers_and_per_item_values():
     assert accuracy_control.checked_result((0.5, np.array([0.25, 0.75])), closeness, 2) == (0.5, [0.25, 0.75])
     with pytest.raises(ValueError, match="per-item values"):
         accuracy_control.checked_result((0.5, [0.5, float("nan")]), closeness, 2)
+
+
+# ----------------------------------------------------------------------------------------------
+# Notebook 05 writes the search out as NNCF's own call: run as it stands, it makes the helper's model
+# ----------------------------------------------------------------------------------------------
+
+NB05 = Path(__file__).resolve().parents[2] / "notebooks" / "05_int8_quantization.ipynb"
+SEARCH_CELL = "nncf.quantize_with_accuracy_control("
+
+
+def notebook_namespace(ir, **knobs) -> dict:
+    """What the cells before the search give it, on the three convolutions: the calibration
+    dataset, the layers kept in float and the validation function as notebook 05 defines them."""
+    import time
+
+    import nncf
+    from nncf.quantization.advanced_parameters import (
+        AdvancedQuantizationParameters,
+        AdvancedSmoothQuantParameters,
+    )
+
+    from sdaccel.cpu import quantize
+
+    xml, calibration, items = ir
+    return {
+        "accuracy_control": accuracy_control,
+        "quantize": quantize,
+        "nncf": nncf,
+        "time": time,
+        "AdvancedQuantizationParameters": AdvancedQuantizationParameters,
+        "AdvancedSmoothQuantParameters": AdvancedSmoothQuantParameters,
+        "core": ov.Core(),
+        "unet_xml": xml,
+        "calibration_dataset": nncf.Dataset(calibration),
+        "keep_in_float": nncf.IgnoredScope(patterns=list(quantize.SENSITIVE_LAYER_PATTERNS), validate=False),
+        "validate": closeness,
+        "all_items": items,
+        "validate_s": 0.01,
+        "compile_s": 0.01,
+        "one_piece": True,
+        "budget": 4.0,
+        "CALIBRATION_SAMPLES": len(calibration),
+        "BIAS_CORRECTION": True,
+        "ACCURACY_MAX_DROP": 0.012,
+        "ACCURACY_RANKING_PROMPTS": len(items),
+        "ACCURACY_ITERATIONS": 10,
+        "ACCURACY_MAX_MINUTES": 30,
+    } | knobs
+
+
+def test_notebook_05s_call_reverts_what_the_helper_reverts(ir, tmp_path):
+    from sdaccel.course.exercises import code_cell
+    from sdaccel.cpu import quantize
+
+    xml, calibration, items = ir
+    ns = notebook_namespace(ir)
+    exec(compile(code_cell(NB05, SEARCH_CELL), "05 accuracy control", "exec"), ns)
+    found = accuracy_control.reverted(ns["search"])
+    dst = tmp_path / "helper.xml"
+    report = accuracy_control.quantize_with_accuracy_control(
+        xml, dst, "full_int8", calibration, items, closeness, 0.012,
+        subset_size=len(calibration), ranking_subset_size=len(items), max_num_iterations=10,
+    )  # fmt: skip
+    assert 1 <= len(found["reverted"]) and found["reverted"] == report["reverted"]
+    assert quantize.describe_ir(ns["accurate"]) == quantize.describe_ir(dst)
+    mine = accuracy_control.compile_f32(ns["accurate"])
+    theirs = accuracy_control.compile_f32(ov.Core().read_model(dst))
+    for x, _ in items:
+        np.testing.assert_allclose(mine({"x": x})[0], theirs({"x": x})[0], rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("knobs", "said"),
+    [
+        ({"one_piece": False}, "do not fit 4.0 GiB in one piece"),
+        ({"validate_s": 30.0}, "raise it to run the search here"),  # 3 groups x 30 s + 12 x 30 s > 1 min
+    ],
+)
+def test_notebook_05_says_why_it_does_not_search(ir, knobs, said, capsys):
+    from sdaccel.course.exercises import code_cell
+
+    ns = notebook_namespace(ir, ACCURACY_MAX_MINUTES=1, **knobs)
+    exec(compile(code_cell(NB05, SEARCH_CELL), "05 accuracy control", "exec"), ns)
+    assert ns["accurate"] is None and said in capsys.readouterr().out
+
+
+def test_the_search_estimate_counts_ranking_and_iterations():
+    # 10 groups on 2 of 4 items (0.5 s of a 1 s validation, + 0.25 s compile), then 3 + 2 full validations
+    assert accuracy_control.estimate_search_s(10, 1.0, 0.25, 4, 2, 3) == pytest.approx(10 * 0.75 + 5 * 1.25)
+    assert accuracy_control.estimate_search_s(1, 1.0, 0.0, 4, None, 1) == pytest.approx(1.0 + 3.0)
+    with pytest.raises(ValueError, match="at least 1"):
+        accuracy_control.estimate_search_s(0, 1.0, 0.0, 4, None, 1)
+
+
+def test_quantizable_operations_counts_convolutions_and_matmuls(ir):
+    assert accuracy_control.quantizable_operations(ir[0]) == 3

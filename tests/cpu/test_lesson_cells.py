@@ -26,6 +26,7 @@ ov = pytest.importorskip("openvino")
 nncf = pytest.importorskip("nncf")
 
 from sdaccel.course import exercises as ex  # noqa: E402
+from sdaccel.course.exercises import code_cell  # noqa: E402
 from sdaccel.cpu import quantize  # noqa: E402
 from sdaccel.cpu.export import MODEL_XML, export_pipeline, text_to_image_components  # noqa: E402
 from sdaccel.cpu.pipeline import OVPipeline  # noqa: E402
@@ -34,14 +35,6 @@ from sdaccel.cpu.precision import precision_name  # noqa: E402
 NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
 NB04 = NOTEBOOKS / "04_openvino_export_and_run.ipynb"
 NB05 = NOTEBOOKS / "05_int8_quantization.ipynb"
-
-
-def code_cell(path: Path, marker: str) -> str:
-    """The source of the one code cell of ``path`` that contains ``marker``."""
-    cells = json.loads(path.read_text())["cells"]
-    found = [ex.source(c) for c in cells if c["cell_type"] == "code" and marker in ex.source(c)]
-    assert len(found) == 1, f"{path.name}: {len(found)} code cells contain {marker!r}"
-    return found[0]
 
 
 def run(code: str, namespace: dict, name: str = "<cell>") -> dict:

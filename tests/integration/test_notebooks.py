@@ -167,6 +167,23 @@ CHECKS = {
             "weight-only INT8 loses at most 2/16",
             lambda r: r["adherence"]["int8_weights"]["score"] >= r["adherence"]["f32"]["score"] - 2 / 16,
         ),
+        (
+            "every layer group ranked alone in INT8, costliest first",
+            lambda r: (
+                len(r["sensitivity"]) >= 10
+                and [g["error"] for g in r["sensitivity"]]
+                == sorted((g["error"] for g in r["sensitivity"]), reverse=True)
+            ),
+        ),
+        # plain full INT8 loses an image of the 8 validation prompts; the search gives operations back
+        (
+            "accuracy control searched, gave operations back and was judged on other prompts",
+            lambda r: (
+                r["accuracy_control"]["metric_plain"] < r["accuracy_control"]["metric_f32"]
+                and len(r["accuracy_control"]["reverted"]) >= 1
+                and 0 <= r["accuracy_control"]["judged"]["adherence"] <= 1
+            ),
+        ),
     ],
     "06_cpu_benchmark_and_comparison": [
         (

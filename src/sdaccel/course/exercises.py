@@ -21,6 +21,7 @@ answer, so a check cell stays cheap, and an unanswered exercise fails before any
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import re
 import shutil
@@ -140,6 +141,16 @@ def tags(cell: dict) -> list[str]:
 def source(cell: dict) -> str:
     src = cell.get("source", "")
     return "".join(src) if isinstance(src, list) else src
+
+
+def code_cell(path: Path, marker: str) -> str:
+    """The source of the one code cell of the notebook at ``path`` that contains ``marker`` (the
+    tests run a lesson's cell as it stands); none or several is a ValueError."""
+    cells = json.loads(Path(path).read_text())["cells"]
+    found = [source(c) for c in cells if c["cell_type"] == "code" and marker in source(c)]
+    if len(found) != 1:
+        raise ValueError(f"{Path(path).name}: {len(found)} code cells contain {marker!r}, expected one")
+    return found[0]
 
 
 def strip_solution(code: str, where: str = "") -> str:

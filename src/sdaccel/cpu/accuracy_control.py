@@ -22,9 +22,10 @@ What NNCF calls (``nncf`` 3.4, ``nncf/quantization/algorithms/accuracy_control``
 Two recipes, with the knobs of :mod:`sdaccel.cpu.quantize`:
 
 ``full_int8``
-    :func:`~sdaccel.cpu.quantize.quantize_full`'s call (``ModelType.TRANSFORMER``, SmoothQuant
-    0.95, bias correction, :data:`~sdaccel.cpu.quantize.SENSITIVE_LAYER_PATTERNS` in float):
-    every activation quantizer can be reverted.
+    :func:`~sdaccel.cpu.quantize.quantize_full`'s call (``ModelType.TRANSFORMER``, bias
+    correction, :data:`~sdaccel.cpu.quantize.SENSITIVE_LAYER_PATTERNS` in float) with SmoothQuant
+    off unless asked for (a reverted MatMul would keep its smoothed input): every activation
+    quantizer can be reverted.
 ``hybrid``
     :func:`~sdaccel.cpu.quantize.quantize_hybrid`: the MatMul/Gather weights are compressed to
     INT8 first (``nncf.compress_weights``), then the convolutions are quantized *with accuracy
@@ -173,6 +174,36 @@ def check_memory(src_xml, variant: str, max_memory_gb: float | None) -> None:
             "restorer works on one graph and validates the whole UNet). Use a machine with more "
             "memory, or plain INT8 in parts (sdaccel.cpu.quantize.quantize_ir(parts=...))."
         )
+
+
+def quantizable_operations(model) -> int:
+    """The Convolutions and MatMuls of ``model`` (an ``ov.Model`` or an IR path): an upper bound
+    on the groups of quantizers that NNCF's search ranks, one validation each."""
+    return sum(op.get_type_name() in ("Convolution", "MatMul") for op in read_model(model).get_ops())
+
+
+def estimate_search_s(
+    groups: int,
+    validate_s: float,
+    compile_s: float,
+    items: int,
+    ranking_items: int | None,
+    max_num_iterations: int,
+) -> float:
+    """Seconds the search is expected to take beside its one quantization, from the seconds of one
+    ``validate`` over all ``items`` and of one compile of the UNet: NNCF validates the f32 and the
+    plain INT8 model on every item, then every group of quantizers on ``ranking_items`` (all
+    items when ``None``), and at most ``max_num_iterations`` candidates on every item again, each
+    candidate compiled once. A revert that makes the metric worse is undone and every group ranked
+    again: each such step adds the ranking's share again, which no estimate made beforehand knows."""
+    if min(groups, items, max_num_iterations) < 1 or min(validate_s, compile_s) < 0:
+        raise ValueError(
+            "groups, items and max_num_iterations must be at least 1, and the seconds not negative; "
+            f"got groups={groups}, items={items}, max_num_iterations={max_num_iterations}, "
+            f"validate_s={validate_s}, compile_s={compile_s}"
+        )
+    share = min(ranking_items or items, items) / items
+    return groups * (compile_s + share * validate_s) + (max_num_iterations + 2) * (compile_s + validate_s)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -338,7 +369,7 @@ def quantize_with_accuracy_control(
     ranking_subset_size: int | None = None,
     max_num_iterations: int = 10,
     ignored=None,
-    smooth_quant_alpha: float | None = 0.95,
+    smooth_quant_alpha: float | None = None,
     bias_correction: bool = True,
     max_memory_gb: float | None = None,
     log_level: int = logging.WARNING,
@@ -354,8 +385,11 @@ def quantize_with_accuracy_control(
             floats)`` (module docstring). It is run on the f32 model first: a function that returns
             nothing, NaN or a non-number is a ValueError that names it, before any quantization.
         max_drop: the absolute drop of the metric allowed, in (0, 1).
-        subset_size, ignored, smooth_quant_alpha, bias_correction: as for
-            :func:`sdaccel.cpu.quantize.quantize_full`.
+        subset_size, ignored, bias_correction: as for :func:`sdaccel.cpu.quantize.quantize_full`.
+        smooth_quant_alpha: SmoothQuant's MatMul alpha, off by default (``None``): NNCF's restorer
+            gives a reverted MatMul its original weights back but leaves the input that SmoothQuant
+            divided by its per-channel scale, so with SmoothQuant on a reverted MatMul computes a
+            wrong product (:mod:`sdaccel.cpu.sensitivity`); off, a reverted layer is the float layer.
         ranking_subset_size: items that rank each group (NNCF's default: all of them).
         max_num_iterations: groups reverted at most.
         max_memory_gb: refuse, before any work, a UNet expected to need more (no parts here).

@@ -70,7 +70,8 @@ OpenVINO or JAX when called. Import the module you need (``from sdaccel.toy impo
   by what full INT8 costs each, and the recipe that keeps the k costliest in float
   (``python -m sdaccel.toy.sensitivity_quality``).
 - ``accuracy_control.measure``, ``accuracy_control.format_table``,
-  ``accuracy_control.AdherenceValidation``, ``accuracy_control.split_heldout``: NNCF's
+  ``accuracy_control.AdherenceValidation``, ``accuracy_control.item_score``, ``accuracy_control.PSNR_WEIGHT``,
+  ``accuracy_control.split_heldout``: NNCF's
   accuracy-controlled INT8 within an adherence bound, judged on held-out prompts the search never
   saw (``python -m sdaccel.toy.accuracy_control``).
 - ``report.finish``: how each of those commands ends: the machine and the command recorded, the
