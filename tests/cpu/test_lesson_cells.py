@@ -9,7 +9,7 @@ the library calls they show make what the helpers make, so the two cannot fork.
   with the dataset, model type, ignored scope and advanced parameters) make the same models as
   ``sdaccel.cpu.quantize``'s recipes (``quantize_variant``): the same quantizers and INT8 weights, and
   the same outputs.
-- The exercises 04.3 and 05.3, whose answers are library code: the solution passes, the attendee's
+- The exercises 04.3, 05.2 and 05.3, whose answers are library code: the solution passes, the attendee's
   copy (solution stripped) is "not answered yet", and wrong answers fail.
 """
 
@@ -244,7 +244,7 @@ def test_05_nncf_draws_no_bar_inside_no_progress_bars(convert, capsys):
 
 def test_05_exercise_ignored_scope(convert):
     _, unet_xml, _ = convert("tiny-sd15")
-    solution, stub, check = exercise(NB05, "05.3")
+    solution, stub, check = exercise(NB05, "05.2")
 
     def namespace():
         return {
@@ -263,7 +263,7 @@ def test_05_exercise_ignored_scope(convert):
     )
 
     attendee = run(stub, namespace())
-    with pytest.raises(ex.ExerciseNotDone, match="05.3: not answered yet"):
+    with pytest.raises(ex.ExerciseNotDone, match="05.2: not answered yet"):
         run(check, attendee)
     sensitive = list(quantize.SENSITIVE_LAYER_PATTERNS)
     wrong = {
@@ -278,5 +278,63 @@ def test_05_exercise_ignored_scope(convert):
     }
     for name, answer in wrong.items():
         ns["keep_mid_attention"] = answer
+        with pytest.raises(ex.ExerciseNotDone, match="05.2: not quite"):
+            run(check, ns, name)
+
+
+def test_05_exercise_validation_function(convert):
+    """05.3: a validation function NNCF can call. The check draws through the notebook's
+    ``draw_images``, stood in for here by images that depend on the item (so that an answer that
+    mixes items up is caught), and compares with what NNCF expects back."""
+    from sdaccel.cpu import quality
+
+    _, unet_xml, _ = convert("tiny-sd15")
+    solution, stub, check = exercise(NB05, "05.3")
+    rng = np.random.default_rng(0)
+    reference = [rng.integers(0, 256, (16, 16, 3), dtype=np.uint8) for _ in range(4)]
+
+    def draw_images(unet, items):
+        assert hasattr(unet, "create_infer_request"), "the check passes a compiled UNet"
+        return [np.clip(reference[i].astype(int) + 8 * (i + 1), 0, 255).astype(np.uint8) for i in items]
+
+    def namespace():
+        return {
+            "np": np,
+            "quality": quality,
+            "quantized": {},
+            "unet_xml": unet_xml,
+            "draw_images": draw_images,
+            "ac_reference": reference,
+            "all_items": [0, 1, 2, 3],
+        }
+
+    ns = run(solution, namespace())
+    run(check, ns)  # right: no exception
+    attendee = run(stub, namespace())
+    with pytest.raises(ex.ExerciseNotDone, match="05.3: not answered yet"):
+        run(check, attendee)
+
+    compiled = quality.compile_f32(unet_xml)
+
+    def ssims(items):
+        return [quality.ssim(reference[i], draw_images(compiled, [i])[0]) for i in items]
+
+    wrong = {
+        "the mean only": lambda unet, items: float(np.mean(ssims(items))),
+        "values in the order of ACCURACY_PROMPTS": lambda unet, items: (
+            float(np.mean(ssims(items))),
+            ssims(sorted(items)),
+        ),
+        "indexed by position": lambda unet, items: (
+            float(np.mean(ssims(range(len(items))))),
+            [quality.ssim(reference[k], im) for k, im in enumerate(draw_images(unet, items))],
+        ),
+        "PSNR, not SSIM": lambda unet, items: (
+            1.0,
+            [quality.psnr(reference[i], draw_images(unet, [i])[0]) for i in items],
+        ),
+    }
+    for name, answer in wrong.items():
+        ns["validate_ssim"] = answer
         with pytest.raises(ex.ExerciseNotDone, match="05.3: not quite"):
             run(check, ns, name)
