@@ -16,7 +16,9 @@ a name from its module, as the notebooks do: ``from sdaccel.course.run_profiles 
   silences the libraries' known noise; :func:`~sdaccel.course.notebook.repository_root` finds the
   repository's ``benchmarks/`` (notebook 06 runs them).
 - :func:`~sdaccel.course.exercises.check` (:mod:`~sdaccel.course.exercises`): checks an exercise's answer;
-  :class:`~sdaccel.course.exercises.ExerciseNotDone` is what it raises for a missing or wrong one.
+  :class:`~sdaccel.course.exercises.ExerciseNotDone` is what it raises for a missing or wrong one;
+  :func:`~sdaccel.course.exercises.same` is its comparison (numbers within a tolerance, sequences
+  item by item), for a check that tests an answer of its own (``check(..., test=...)``).
 - :func:`~sdaccel.course.colab.install` (:mod:`~sdaccel.course.colab`): what the first code cell,
   :data:`~sdaccel.course.notebook.SETUP_CELL`, fetches and runs where ``sdaccel`` is not installed: on
   Colab it installs the course and restarts the runtime when it must; anywhere else it names the
