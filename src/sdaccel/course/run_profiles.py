@@ -179,7 +179,7 @@ SMOKE: dict[str, dict] = {
         # none: the per-group ranking below measures each block (FLOAT_GROUPS is one more full INT8 in parts)
         "FLOAT_GROUPS": {},
         # 8 held-out prompts that are not in EVAL_PROMPTS: the search validates on them, EVAL_PROMPTS judge it.
-        # With ACCURACY_ITERATIONS = 3 it takes about a minute; on these prompts it stops short of the bound
+        # With ACCURACY_ITERATIONS = 3 it takes one to two minutes; on these prompts it stops short of the bound
         # (16 prompts and 8 iterations took 4 minutes, and also stopped short): the README's 24-prompt run meets it
         "ACCURACY_PROMPTS": [
             "a red circle on a white background, bottom right",
