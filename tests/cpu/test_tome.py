@@ -165,3 +165,38 @@ def test_an_export_is_reused_and_a_wrong_size_refused(exported, capsys, tmp_path
     with pytest.raises(ValueError, match="multiples of"):
         tome.export_tome(CHECKPOINT, tmp_path / "export", 0.5, height=30, width=30)
     assert not (tmp_path / "export").exists()
+
+
+def test_deepcache_irs_with_token_merging_are_the_merged_unet_cut_in_two(exported, tmp_path):
+    """export_tome(deepcache=True): the full IR gives the merged UNet's output and the cached
+    feature, and the shallow IR fed that feature gives the same output again (the same step);
+    both fix the latent size, as the merged UNet does."""
+    folder = tome.export_tome(CHECKPOINT, exported.parents[1], 0.5, deepcache=True)
+    assert folder.name == "ratio-0.5-32x32-deepcache"
+    assert folder != exported and (exported / tome.MODEL_XML).is_file()  # beside the merged UNet
+    full = ov.Core().read_model(folder / "full" / tome.MODEL_XML)
+    shallow = ov.Core().read_model(folder / "shallow" / tome.MODEL_XML)
+    assert str(full.input("sample").get_partial_shape()) == "[?,4,8,8]"
+    assert str(shallow.input("cached").get_partial_shape()) == "[?,64,8,8]"
+    g = np.random.default_rng(0)
+    x = {
+        "sample": g.standard_normal((2, 4, 8, 8), dtype=np.float32),
+        "timestep": np.array([500], np.int64),
+        "encoder_hidden_states": g.standard_normal((2, 77, 32), dtype=np.float32),
+    }
+    merged = compile_f32(ov.Core().read_model(exported / tome.MODEL_XML))(x)[0]
+    out = compile_f32(full)(x)
+    assert np.abs(out["out_sample"] - merged).max() < 1e-4
+    again = compile_f32(shallow)({**x, "cached": out["cached"]})["out_sample"]
+    assert np.abs(again - merged).max() < 1e-4
+    manifest = json.loads((folder / tome.MANIFEST).read_text())
+    assert manifest["deepcache"] is True and manifest["merged_blocks"] == {
+        name: {"tokens": 64, "attended": 32} for name in FULL_RES
+    }
+    # reused as it is, and refused for a size it cannot take, before anything is written
+    mtime = (folder / "full" / tome.MODEL_XML).stat().st_mtime_ns
+    assert tome.export_tome(CHECKPOINT, exported.parents[1], 0.5, deepcache=True) == folder
+    assert (folder / "full" / tome.MODEL_XML).stat().st_mtime_ns == mtime
+    with pytest.raises(ValueError, match="square images"):
+        tome.export_tome(CHECKPOINT, tmp_path / "export", 0.5, height=32, width=64, deepcache=True)
+    assert not (tmp_path / "export").exists()

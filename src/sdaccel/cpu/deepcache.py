@@ -106,28 +106,43 @@ def cached_shape(unet_config, batch: int, height: int, width: int) -> tuple[int,
     return (batch, unet_config["block_out_channels"][1], height, width)
 
 
-def convert_full(unet, example_size: int = 32, sequence_length: int = 77):
-    """A diffusers ``UNet2DConditionModel`` -> ``ov.Model`` with outputs ``out_sample`` and ``cached``."""
+def trace_example(
+    unet_config, example_size: int, sequence_length: int, fixed_size: bool
+) -> tuple[dict, dict]:
+    """The UNet's example inputs and static dimensions for a trace of the two IRs: at
+    ``min(example_size, sample_size)`` latents with height and width left dynamic, or, with
+    ``fixed_size``, at exactly ``example_size`` with height and width fixed in the IR (a graph that
+    is valid for one latent size only, such as a token-merged UNet: :mod:`sdaccel.cpu.tome`)."""
+    size = example_size if fixed_size else min(example_size, unet_config.sample_size)
+    example, dims = unet_example(unet_config, size, sequence_length)
+    if fixed_size:
+        dims["sample"] = {**dims["sample"], 2: size, 3: size}
+    return example, dims
+
+
+def convert_full(unet, example_size: int = 32, sequence_length: int = 77, fixed_size: bool = False):
+    """A diffusers ``UNet2DConditionModel`` -> ``ov.Model`` with outputs ``out_sample`` and ``cached``
+    (``fixed_size``: see :func:`trace_example`)."""
     from sdaccel.cpu.torch_modules import DeepCacheFull
 
-    example, dims = unet_example(unet.config, min(example_size, unet.config.sample_size), sequence_length)
+    example, dims = trace_example(unet.config, example_size, sequence_length, fixed_size)
     ov_model = trace_to_ov(DeepCacheFull(unet), example)
     name_ports(ov_model, list(example), ["out_sample", "cached"])
     return fix_dims(ov_model, dims)
 
 
-def convert_shallow(unet, example_size: int = 32, sequence_length: int = 77):
+def convert_shallow(unet, example_size: int = 32, sequence_length: int = 77, fixed_size: bool = False):
     """A diffusers ``UNet2DConditionModel`` -> the shallow ``ov.Model``: the UNet's inputs plus
-    ``cached``, output ``out_sample``."""
+    ``cached``, output ``out_sample`` (``fixed_size``: see :func:`trace_example`)."""
     import torch
 
     from sdaccel.cpu.torch_modules import DeepCacheShallow
 
-    size = min(example_size, unet.config.sample_size)
-    example, dims = unet_example(unet.config, size, sequence_length)
+    example, dims = trace_example(unet.config, example_size, sequence_length, fixed_size)
+    size = example["sample"].shape[-1]
     shape = cached_shape(unet.config, 2, size, size)
     example["cached"] = torch.randn(shape)
-    dims["cached"] = {1: shape[1]}
+    dims["cached"] = {1: shape[1], 2: size, 3: size} if fixed_size else {1: shape[1]}
     ov_model = trace_to_ov(DeepCacheShallow(unet), example)
     name_ports(ov_model, list(example), ["out_sample"])
     return fix_dims(ov_model, dims)

@@ -219,9 +219,36 @@ def convert_tome_unet(unet, ratio: float, latent_height: int, latent_width: int,
     return fix_dims(ov_model, dims), merge_report(seen, ratio, (latent_height, latent_width))
 
 
-def tome_folder(export_dir: str | os.PathLike, ratio: float, height: int, width: int) -> Path:
-    """Where :func:`export_tome` puts the UNet merged at ``ratio`` for ``height x width`` images."""
-    return Path(export_dir) / FOLDER / f"ratio-{check_ratio(ratio):g}-{height}x{width}"
+def convert_tome_deepcache(unet, ratio: float, latent_size: int, sequence_length: int = 77):
+    """DeepCache's two IRs (:mod:`sdaccel.cpu.deepcache`) of ``unet`` with ``ratio`` of its
+    full-resolution tokens merged -> ``({"full": ov.Model, "shallow": ov.Model}, report)``.
+
+    Traced at ``latent_size x latent_size`` latents, which both IRs keep as static height and width,
+    as :func:`convert_tome_unet` does. The merged blocks sit in the first down block and the last up
+    block, so both IRs merge: the shallow one is exactly those blocks. ``unet`` is left unpatched.
+    """
+    from sdaccel.cpu.deepcache import convert_full, convert_shallow
+
+    ratio = check_ratio(ratio)
+    if latent_size < STRIDE:
+        raise ValueError(f"the latent size must be at least {STRIDE}x{STRIDE}, got {latent_size}.")
+    models = {}
+    with token_merging(unet, ratio) as seen:
+        # tomesd reads the latent size that a hook on unet.forward records; DeepCache's pieces
+        # call the UNet's blocks, never its forward, so the size is set here
+        unet._tome_info["size"] = (latent_size, latent_size)
+        for part, convert in (("full", convert_full), ("shallow", convert_shallow)):
+            models[part] = convert(unet, latent_size, sequence_length, fixed_size=True)
+    return models, merge_report(seen, ratio, (latent_size, latent_size))
+
+
+def tome_folder(
+    export_dir: str | os.PathLike, ratio: float, height: int, width: int, deepcache: bool = False
+) -> Path:
+    """Where :func:`export_tome` puts the UNet merged at ``ratio`` for ``height x width`` images
+    (with ``deepcache``: its two DeepCache IRs)."""
+    suffix = "-deepcache" if deepcache else ""
+    return Path(export_dir) / FOLDER / f"ratio-{check_ratio(ratio):g}-{height}x{width}{suffix}"
 
 
 def export_tome(
@@ -232,10 +259,15 @@ def export_tome(
     width: int | None = None,
     force: bool = False,
     weight_dtype: str = "fp32",
+    deepcache: bool = False,
 ) -> Path:
     """Export the UNet of the checkpoint ``src`` with token merging at ``ratio`` for
     ``height x width`` images (default: the checkpoint's size) into
     :func:`tome_folder` of ``export_dir``, and return that folder.
+
+    ``deepcache=True`` exports DeepCache's two IRs instead (:func:`convert_tome_deepcache`, square
+    images only), in the layout :func:`sdaccel.cpu.deepcache.export_deepcache` writes (``full/`` and
+    ``shallow/``): ``DeepCache.load`` and ``quantize_deepcache`` take the folder as it is.
 
     ``export_dir`` is usually the pipeline's export folder (:func:`sdaccel.cpu.export.export_pipeline`);
     if it holds an export, it must be of the same checkpoint. A finished export of the same
@@ -255,11 +287,15 @@ def export_tome(
         raise ValueError(
             f"height and width must be positive multiples of {m} for {checkpoint}, got {height}x{width}."
         )
+    if deepcache and height != width:
+        raise ValueError(f"token merging with DeepCache takes square images, got {height}x{width}.")
     pipeline_manifest = Path(export_dir) / EXPORT_MANIFEST
     if pipeline_manifest.is_file():  # the merged UNet goes next to an export of the same checkpoint
         check_source(read_json(pipeline_manifest), checkpoint, Path(export_dir))
-    folder = tome_folder(export_dir, ratio, height, width)
+    folder = tome_folder(export_dir, ratio, height, width, deepcache)
+    xmls = [f"{part}/{MODEL_XML}" for part in ("full", "shallow")] if deepcache else [MODEL_XML]
     settings = {"ratio": ratio, "height": height, "width": width, "weight_dtype": weight_dtype}
+    settings |= {"deepcache": True} if deepcache else {}
     if not force and folder.exists():
         if not (folder / MANIFEST).is_file():
             raise CheckpointError(
@@ -267,7 +303,7 @@ def export_tome(
             )
         manifest = read_json(folder / MANIFEST)
         check_source(manifest, checkpoint, folder)
-        if {k: manifest.get(k) for k in settings} == settings and (folder / MODEL_XML).is_file():
+        if {k: manifest.get(k) for k in settings} == settings and all((folder / x).is_file() for x in xmls):
             print(f"{folder} already holds this merged UNet; nothing to do. Pass force=True to export again.")
             return folder
     check_writable(folder)
@@ -276,10 +312,15 @@ def export_tome(
     unet = load_torch_component(checkpoint, "unet")
     start = time.perf_counter()
     with staged_folder(folder) as stage:
-        ov_model, report = convert_tome_unet(unet, ratio, height // scale, width // scale, sequence_length)
+        if deepcache:
+            models, report = convert_tome_deepcache(unet, ratio, height // scale, sequence_length)
+        else:
+            model, report = convert_tome_unet(unet, ratio, height // scale, width // scale, sequence_length)
+            models = {".": model}
         del unet
-        save_ir(ov_model, stage / MODEL_XML, compress_to_fp16=weight_dtype == "fp16")
-        del ov_model
+        for part in list(models):
+            (stage / part).mkdir(exist_ok=True)
+            save_ir(models.pop(part), stage / part / MODEL_XML, compress_to_fp16=weight_dtype == "fp16")
         replace_json(
             stage / MANIFEST,
             {

@@ -63,7 +63,8 @@ OpenVINO or JAX when called. Import the module you need (``from sdaccel.toy impo
 - ``steps_report.format_table``, ``steps_report.pipeline_verdicts``: what such a sweep says.
 - ``calibration.calibrate_on_training_captions``: INT8 calibration data from training captions.
 - ``deepcache_quality.measure``, ``deepcache_quality.format_table``: DeepCache's cost in adherence
-  (``python -m sdaccel.toy.deepcache_quality``).
+  (``python -m sdaccel.toy.deepcache_quality``); ``deepcache_quality.run_configuration``: one
+  pipeline's images of the held-out prompts, and its row.
 - ``tome_quality.measure``, ``tome_quality.format_table``: token merging's
   (``python -m sdaccel.toy.tome_quality``).
 - ``sensitivity_quality.measure``, ``sensitivity_quality.format_tables``: the layer groups ranked
@@ -74,6 +75,10 @@ OpenVINO or JAX when called. Import the module you need (``from sdaccel.toy impo
   ``accuracy_control.split_heldout``: NNCF's
   accuracy-controlled INT8 within an adherence bound, judged on held-out prompts the search never
   saw (``python -m sdaccel.toy.accuracy_control``).
+- ``stack_quality.measure``, ``stack_quality.format_table``, ``stack_quality.fastest_within``,
+  ``stack_quality.stack_names``, ``stack_quality.recipe_patterns``, ``stack_quality.FLOAT_GROUPS``:
+  static shapes, INT8, token merging and DeepCache stacked one by one, each stack's adherence and
+  PSNR against f32, and the fastest within a quality bound (``python -m sdaccel.toy.stack_quality``).
 - ``report.finish``: how each of those commands ends: the machine and the command recorded, the
   JSON written whole, the table printed.
 """
@@ -94,6 +99,7 @@ __all__ = [
     "random_checkpoints",
     "report",
     "sensitivity_quality",
+    "stack_quality",
     "steps_report",
     "tome_quality",
     "train",

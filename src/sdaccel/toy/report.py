@@ -3,7 +3,8 @@ machine it ran on (with the CPU's ISA tier) and the command that made it, its JS
 (or not at all, if the run is stopped while it writes), and its table is printed.
 
 Used by the ``main()`` of :mod:`~sdaccel.toy.accuracy_control`, :mod:`~sdaccel.toy.sensitivity_quality`,
-:mod:`~sdaccel.toy.deepcache_quality` and :mod:`~sdaccel.toy.tome_quality`.
+:mod:`~sdaccel.toy.deepcache_quality`, :mod:`~sdaccel.toy.tome_quality` and
+:mod:`~sdaccel.toy.stack_quality`.
 """
 
 from __future__ import annotations
