@@ -4,6 +4,7 @@
     python benchmarks/bench_openvino.py --models sd15 --iters 5
     python benchmarks/bench_openvino.py --models sdxl --variants ov_bf16 full_int8 --quant-memory-limit-gb 16
     python benchmarks/bench_openvino.py --models sd15 --levers deepcache quant_memory
+    python benchmarks/bench_openvino.py --models sd15 --variants torch_fp32 ov_f32 --levers stack --lever-rounds 2
     python benchmarks/bench_openvino.py --models sd15 --reuse --update --variants full_int8   # add to a run
     python benchmarks/bench_openvino.py --models build/checkpoints/tiny-sd15 --latent 8     # a checkpoint
 
@@ -79,6 +80,16 @@ float against the unmerged UNet IR, interleaved over ``--lever-rounds`` rounds (
 warmed up and timed in turn every round, one model in memory at a time). Its quality cost is the
 ``tome`` part of ``--quality`` (``sdaccel.toy.tome_quality.measure``).
 
+Lever ``stack``: the float levers stacked, per UNet step in the best float: static shapes; token
+merging at ``--stack-ratio``; DeepCache at each of ``--deepcache-intervals``; and merging with
+DeepCache (the merged UNet on full steps, DeepCache's shallow UNet merged alike between them:
+``sdaccel.cpu.tome.convert_tome_deepcache``). Four UNets (the UNet, its shallow part, both merged;
+weights stored fp16, traced at ``--latent``) are timed side by side, interleaved over
+``--lever-rounds`` rounds, and each stack's step composed from them
+(``sdaccel.cpu.benchmark.compose_stack``; a DeepCache step averages ``(t_full + (N - 1) t_shallow) / N``).
+Its quality cost: ``python -m sdaccel.toy.stack_quality checkpoints/tiny-shapes-sd15 --levers static
+tome deepcache``.
+
 Lever ``vae_int8``: the VAE decoder (batch 1, ``8 x --latent`` pixels square) in PyTorch fp32 (when
 the run has a ``torch_fp32`` row), as an IR in the best float, and quantized by each recipe of
 ``sdaccel.cpu.quantize_vae`` (synthetic latents for calibration). With it, the table also composes
@@ -133,6 +144,7 @@ from sdaccel.cpu.benchmark import (
     checkpoint_folder,
     choose_precision_child,
     choose_unet_precision,
+    compose_stack,
     export_deepcache_shallow,
     export_ir,
     export_random_component,
@@ -178,7 +190,7 @@ INT8 = ("int8_weights", "hybrid", "full_int8", "full_int8_float_resnets")
 #: to ``SENSITIVE_LAYER_PATTERNS``). The ResNets' pattern is the one that held adherence on the tiny
 #: trained models (``sdaccel.toy.adherence.FLOAT_GROUP_VARIANTS``).
 FLOAT_GROUPS = {"full_int8_float_resnets": ("full_int8", FLOAT_GROUP_VARIANTS["full_int8, float resnets"])}
-LEVERS = ("deepcache", "quant_memory", "runtime", "static", "guidance_split", "vae_int8", "tome")
+LEVERS = ("deepcache", "quant_memory", "runtime", "static", "guidance_split", "vae_int8", "tome", "stack")
 #: The parts of ``--quality`` (``--quality-parts``): the INT8 UNets, DeepCache, the INT8 VAE
 #: decoders, the runtime levers' output differences, token merging.
 QUALITY_PARTS = ("int8_unet", "deepcache", "vae_int8", "levers_max_abs_diff", "tome")
@@ -423,6 +435,8 @@ def bench_model(model: str, args, previous: dict | None = None) -> dict:
         result.setdefault("levers", {})["vae_int8"] = bench_vae_int8(model, args, work, result)
     if "tome" in args.levers:
         result.setdefault("levers", {})["tome"] = bench_tome(model, args, work, spec, result, source)
+    if "stack" in args.levers:
+        result.setdefault("levers", {})["stack"] = bench_stack(model, args, work, spec, result, source)
     add_speedups(result)
     add_whole_image(result, args.steps_per_image)
     return result
@@ -805,6 +819,73 @@ def bench_quant_memory(model: str, args, work: Path) -> dict:
     return study
 
 
+def bench_stack(model: str, args, work: Path, spec: dict, result: dict, source: Path) -> dict:
+    """Lever ``stack``: the float levers stacked (static shapes, token merging at ``--stack-ratio``,
+    DeepCache at ``--deepcache-intervals``). Export (or, with ``--reuse``, reuse) the shallow UNet,
+    the merged UNet and the merged shallow UNet, time them and the UNet ``source`` side by side in
+    the best float, interleaved over ``--lever-rounds`` rounds (one model in memory at a time), in a
+    child, and compose each stack's seconds per step (``compose_stack``)."""
+    limit, free = args.memory_limit_gb, args.min_free_gb
+    precision = best_float(model, args, work, spec, result)["chosen"]
+    ratio, size = args.stack_ratio, f"{args.latent}x{args.latent}"
+    key = f"{ratio:g}"
+    irs = {
+        "full": source,
+        "shallow": work / "unet_shallow_fp16.xml",
+        "merged": work / f"unet_tome_{key}_{size}_fp16.xml",
+        "merged shallow": work / f"unet_tome_{key}_{size}_shallow_fp16.xml",
+    }
+    out = {"ratio": ratio, "intervals": args.deepcache_intervals, "latent": args.latent, "export": {}}
+    exports = {
+        "shallow": ("the shallow UNet", export_deepcache_shallow, (model, str(irs["shallow"]))),
+        "merged": (
+            f"the UNet merged at {key}",
+            export_tome_ir,
+            (model, str(irs["merged"]), ratio, args.latent),
+        ),
+        "merged shallow": (
+            f"the shallow UNet merged at {key}",
+            export_tome_ir,
+            (model, str(irs["merged shallow"]), ratio, args.latent, 0, "shallow"),
+        ),
+    }
+    for role, (what, export, export_args) in exports.items():
+        finished = irs[role].is_file() and (role == "shallow" or irs[role].with_suffix(".json").is_file())
+        if args.reuse and finished:
+            out["export"][role] = {"ok": True, "reused": str(irs[role].resolve())}
+            continue
+        run = run_child(
+            f"stack: export {what} ({size} latents)", export, *export_args, limit_gb=limit, min_free_gb=free
+        )
+        out["export"][role] = summarize_run(run)
+        if not run.ok:
+            return {**out, "ok": False, "error": f"export of {what} failed: {run.error}"}
+    cached = {"cached": cached_shape(unet_config(model), args.batch, args.latent, args.latent)}
+    run = run_child(
+        f"lever stack ({precision}, {args.lever_rounds} rounds, compiled afresh each round)",
+        time_tome,
+        {role: str(xml) for role, xml in irs.items()},
+        {**spec, "extra": cached},
+        args.lever_rounds,
+        args.warmup,
+        precision,
+        limit_gb=limit,
+        min_free_gb=free,
+    )
+    out.update(summarize_run(run, {"precision_asked": precision}))
+    if run.ok:
+        torch_row = result["variants"].get("torch_fp32", {})
+        out["rows"] = compose_stack(
+            out["arms"], ratio, args.deepcache_intervals, torch_row if torch_row.get("ok") else None
+        )
+        for name, row in out["rows"].items():
+            print(
+                f"    {name:40} {row['s_per_step']:9.3f} s  cpu {row['cpu_s_per_step']:8.3f} s  x{row['cpu_x_best_float']:5.2f}",
+                flush=True,
+            )
+    return out
+
+
 def bench_deepcache(model: str, args, work: Path, spec: dict, result: dict) -> dict:
     """The shallow UNet in the best float (and full INT8), and the average step time for each interval."""
     limit, free = args.memory_limit_gb, args.min_free_gb
@@ -954,6 +1035,9 @@ def parse_args(argv=None):
     )
     parser.add_argument("--deepcache-intervals", nargs="+", type=int, default=[2, 3, 5])
     parser.add_argument(
+        "--stack-ratio", type=float, default=0.5, help="lever stack: the token-merging ratio of its stacks"
+    )
+    parser.add_argument(
         "--no-deepcache-int8", action="store_true", help="time DeepCache's shallow UNet in float only"
     )
     parser.add_argument(
@@ -1012,11 +1096,12 @@ def parse_args(argv=None):
     parser.add_argument("--out", default="build/bench/openvino.json")
     parser.add_argument("--update", action="store_true", help="add to the results already in --out")
     args = parser.parse_args(argv)
-    for ratio in args.tome_ratios:  # refused before anything is measured or written
-        try:
-            check_ratio(ratio)
-        except ValueError as error:
-            parser.error(f"--tome-ratios: {error}")
+    for flag, ratios in (("--tome-ratios", args.tome_ratios), ("--stack-ratio", [args.stack_ratio])):
+        for ratio in ratios:  # refused before anything is measured or written
+            try:
+                check_ratio(ratio)
+            except ValueError as error:
+                parser.error(f"{flag}: {error}")
     return args
 
 

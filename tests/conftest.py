@@ -93,7 +93,7 @@ SLOW_GROUPS = {
     "tests/toy/test_adherence.py": 210,
     "tests/toy/test_adherence_steps.py": 100,  # the JAX steps sweep (was in test_distill.py)
     "tests/toy/test_sensitivity_quality.py": 50,  # an export, a ranking of 4 groups, three quantizations
-    "tests/toy/test_stack_quality.py": 50,  # an export with two merged UNets, three quantizations, five stacks
+    "tests/toy/test_stack_quality.py": 60,  # an export with two merged UNets, three quantizations, five stacks, then DeepCache alone
     "tests/tpu/test_generate.py": 105,
     "tests/tpu/test_sharded_pipeline.py": 90,
     "tests/integration/test_lcm.py": 80,

@@ -105,3 +105,57 @@ def test_the_results_table_has_a_row_per_variant_and_the_composed_images():
     assert "sd15       full_int8                      quantization failed: stopped above the limit" in lines
     assert lines[-1] == "sd15       best float: bf16 (measured)"
     assert B.fmt(None, 5) == "    -" and B.fmt(1.234, 6, 1) == "   1.2"
+
+
+def _arm(s: float, cpu: float) -> dict:
+    return {"s_per_call": s, "cpu_s_per_call": cpu}
+
+
+STACK_ARMS = {
+    "full": _arm(4.0, 8.0),
+    "shallow": _arm(2.0, 4.0),
+    "merged": _arm(3.0, 6.0),
+    "merged shallow": _arm(1.0, 2.0),
+}
+
+
+def test_the_stack_composes_each_step_from_the_unets_timed_side_by_side():
+    rows = B.compose_stack(STACK_ARMS, 0.5, [2, 3], torch_fp32={"s_per_step": 12.0, "cpu_s_per_step": 16.0})
+    assert list(rows) == [
+        "static shapes",
+        "+ DeepCache N=2",
+        "+ DeepCache N=3",
+        "+ token merging 0.5",
+        "+ token merging 0.5 + DeepCache N=2",
+        "+ token merging 0.5 + DeepCache N=3",
+    ]
+    assert rows["static shapes"] == {
+        "s_per_step": 4.0,
+        "cpu_s_per_step": 8.0,
+        "x_best_float": 1.0,
+        "cpu_x_best_float": 1.0,
+        "x_torch_fp32": 3.0,
+        "cpu_x_torch_fp32": 2.0,
+    }
+    assert rows["+ DeepCache N=2"]["s_per_step"] == 3.0  # (4 + 2) / 2
+    assert rows["+ token merging 0.5 + DeepCache N=3"]["cpu_s_per_step"] == 10.0 / 3  # (6 + 2 * 2) / 3
+    assert rows["+ token merging 0.5 + DeepCache N=3"]["cpu_x_best_float"] == 8.0 / (10.0 / 3)
+    without_torch = B.compose_stack(STACK_ARMS, 0.5, [2])
+    assert "x_torch_fp32" not in without_torch["static shapes"]
+    with pytest.raises(ValueError, match=r"missing \['merged shallow'\]"):
+        B.compose_stack({k: v for k, v in STACK_ARMS.items() if k != "merged shallow"}, 0.5, [2])
+
+
+def test_the_stack_has_its_lines_in_the_table():
+    rows = B.compose_stack(STACK_ARMS, 0.5, [2])
+    stack = {"ok": True, "precision_asked": "f32", "rounds": 2, "latent": 64, "rows": rows}
+    lines = B.stack_lines("sd15", stack)
+    assert lines[0].startswith("sd15       lever stack (f32, 2 rounds, 64x64 latents")
+    assert lines[-1].split() == [
+        "+", "token", "merging", "0.5", "+", "DeepCache", "N=2", "2.000", "s", "cpu", "4.000", "s",
+        "x", "2.00", "best", "float", "(cpu)",
+    ]  # fmt: skip
+    assert B.stack_lines("sd15", {"ok": False, "error": "export failed"}) == [
+        "sd15       lever stack: failed: export failed"
+    ]
+    assert B.stack_lines("sd15", None) == []

@@ -21,9 +21,14 @@ STEPS, PROMPTS, INTERVAL = 8, 6, 2
 
 
 @pytest.fixture(scope="module")
-def result(tmp_path_factory):
+def work(tmp_path_factory):
+    return tmp_path_factory.mktemp("stack")
+
+
+@pytest.fixture(scope="module")
+def result(work):
     return stack_quality.measure(
-        CHECKPOINT, tmp_path_factory.mktemp("stack"), num_prompts=PROMPTS, steps=STEPS,
+        CHECKPOINT, work / "all", export_dir=work / "export", num_prompts=PROMPTS, steps=STEPS,
         interval=INTERVAL, calibration_prompts=4, calibration_samples=16,
     )  # fmt: skip
 
@@ -100,6 +105,10 @@ def test_fastest_within_keeps_to_the_bound():
         ({"max_drop": 2}, "max_drop is a drop in adherence"),
         ({"float_groups": "resnets"}, "float_groups must be a list"),
         ({"num_prompts": 0}, "num_prompts and steps"),
+        ({"levers": ("tome", "int8")}, "levers must be some of"),
+        ({"levers": ("static", "fp8")}, "levers must be some of"),
+        ({"levers": ()}, "levers must be some of"),
+        ({"levers": "static"}, "levers must be some of"),
     ],
 )
 def test_a_bad_request_is_refused_before_anything_is_written(knobs, message, tmp_path):
@@ -117,3 +126,22 @@ def test_the_command_writes_the_json_and_prints_the_table(result, tmp_path, monk
     assert written["rows"].keys() == result["rows"].keys() and written["machine"]["isa"]
     assert written["command"].startswith("python -m sdaccel.toy.stack_quality ")
     assert "fastest within 2 adherence points" in capsys.readouterr().out
+
+
+def test_any_levers_stack_in_their_order(result, work):
+    """DeepCache alone: its plain IRs (no merge, no INT8), in the pipeline with dynamic shapes,
+    against the same f32 images as the whole stack's (the export is shared)."""
+    alone = stack_quality.measure(
+        CHECKPOINT, work / "deepcache", export_dir=work / "export", num_prompts=PROMPTS, steps=STEPS,
+        levers=("deepcache",), interval=INTERVAL,
+    )  # fmt: skip
+    assert list(alone["rows"]) == ["f32", f"+ DeepCache N={INTERVAL}"]
+    assert alone["rows"]["f32"]["adherence"] == result["rows"]["f32"]["adherence"]
+    row = alone["rows"][f"+ DeepCache N={INTERVAL}"]
+    assert row["levers"] == [f"DeepCache N={INTERVAL}"] and row["shapes"] == "dynamic"
+    assert alone["settings"]["int8"] is None and "fake_quantize" not in row
+    assert (work / "export" / "unet_deepcache" / "full" / "openvino_model.xml").is_file()
+    assert not (work / "deepcache" / "calibration").exists()  # no INT8, no calibration
+    full = math.ceil(STEPS / INTERVAL)
+    assert row["unet_calls_per_image"] == {"full": full, "shallow": STEPS - full}
+    assert 10 < row["psnr_mean"] < 60  # stale deep features move the pixels, not into noise

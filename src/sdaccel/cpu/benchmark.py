@@ -23,7 +23,8 @@ A *model* is a real architecture of :data:`MODELS` (``"sd15"``, ``"sdxl"``: the 
 :func:`summarize_run`, :func:`add_speedups`, :func:`add_whole_image`, :func:`time_wall_and_cpu`.
 
 ## The results as a text table
-:func:`results_table` (with :func:`lever_lines`, :func:`tome_lines`, :func:`quality_lines`).
+:func:`results_table` (with :func:`lever_lines`, :func:`tome_lines`, :func:`stack_lines`,
+:func:`quality_lines`); :func:`compose_stack`: lever ``stack``'s seconds per step.
 """
 
 from __future__ import annotations
@@ -217,19 +218,26 @@ def export_deepcache_shallow(model: str, xml: str, seed: int = 0) -> dict:
     return {"inputs": [port.get_any_name() for port in ov_model.inputs]}
 
 
-def export_tome_ir(model: str, xml: str, ratio: float, latent: int, seed: int = 0) -> dict:
+def export_tome_ir(
+    model: str, xml: str, ratio: float, latent: int, seed: int = 0, part: str = "unet"
+) -> dict:
     """The UNet with ``ratio`` of its full-resolution tokens merged
-    (:func:`sdaccel.cpu.tome.convert_tome_unet`), traced at ``latent x latent`` latents, weights
-    stored fp16; what was merged is written next to the IR (``.json``, last: its presence marks a
-    finished export)."""
+    (:func:`sdaccel.cpu.tome.convert_tome_unet`), or with ``part="shallow"`` DeepCache's shallow
+    UNet merged alike (:func:`sdaccel.cpu.tome.convert_tome_deepcache`), traced at
+    ``latent x latent`` latents, weights stored fp16; what was merged is written next to the IR
+    (``.json``, last: its presence marks a finished export)."""
     import gc
 
     from sdaccel.cpu.export import save_ir
-    from sdaccel.cpu.tome import convert_tome_unet
+    from sdaccel.cpu.tome import convert_tome_deepcache, convert_tome_unet
 
     start = time.perf_counter()
     unet = build_torch_unet(model, seed)
-    ov_model, report = convert_tome_unet(unet, ratio, latent, latent)
+    if part == "unet":
+        ov_model, report = convert_tome_unet(unet, ratio, latent, latent)
+    else:
+        models, report = convert_tome_deepcache(unet, ratio, latent, parts=(part,))
+        ov_model = models.pop(part)
     del unet
     gc.collect()
     xml = Path(xml)
@@ -246,15 +254,25 @@ def time_tome(
     """The unmerged UNet (the first of ``irs``: name -> IR) and each merged one, static, interleaved:
     every round compiles, warms up and times each IR in turn (``sdaccel.cpu.levers.time_arms`` on
     one arm, so one model is in memory at a time). The layout of ``time_arms``' result, with each
-    arm's ``speedup`` over the first."""
+    arm's ``speedup`` over the first. ``inputs_spec``: as :func:`time_openvino`'s (its ``"extra"``
+    inputs, DeepCache's cached feature, go to the IRs that have them)."""
+    import openvino as ov
+
     from sdaccel.cpu import levers
 
-    inputs = unet_inputs(**inputs_spec)
+    spec = dict(inputs_spec)
+    extra = spec.pop("extra", {})
+    inputs = unet_inputs(**spec)
+    rng = np.random.default_rng(1)
+    inputs.update({name: rng.standard_normal(shape, dtype=np.float32) for name, shape in extra.items()})
+    core = ov.Core()
+    ports = {name: {p.get_any_name() for p in core.read_model(xml).inputs} for name, xml in irs.items()}
     rows = {name: {"times": [], "cpu_times": [], "compile_s": []} for name in irs}
     for _ in range(rounds):
         for name, xml in irs.items():
+            mine = {key: value for key, value in inputs.items() if key in ports[name]}
             arm = levers.time_arms(
-                xml, inputs, {name: levers.Arm()}, 1, warmup, precision, keep_compiled=False
+                xml, mine, {name: levers.Arm()}, 1, warmup, precision, keep_compiled=False
             )["arms"][name]
             for key in ("times", "cpu_times", "compile_s"):
                 rows[name][key] += arm[key]
@@ -724,7 +742,7 @@ def lever_lines(model: str, result: dict) -> list[str]:
     and CPU), and the max abs difference of its output from the reference's."""
     lines = []
     for lever, out in result.get("levers", {}).items():
-        if lever in ("vae_int8", "tome"):
+        if lever in ("vae_int8", "tome", "stack"):
             continue
         if not out.get("ok"):
             lines.append(f"{model[:10]:10} lever {lever}: failed: {out.get('error', '')[:80]}")
@@ -745,6 +763,7 @@ def lever_lines(model: str, result: dict) -> list[str]:
                 f"max |diff| {arm['max_abs_diff']:.1e}{parallel}"
             )
     lines.extend(tome_lines(model, result.get("levers", {}).get("tome")))
+    lines.extend(stack_lines(model, result.get("levers", {}).get("stack")))
     vae = result.get("levers", {}).get("vae_int8")
     if vae:
         lines.append(
@@ -791,6 +810,67 @@ def tome_lines(model: str, tome: dict | None) -> list[str]:
         lines.append(
             f"{'':10}   {name:28} {arm['s_per_call']:9.3f} s  x{arm['speedup']:5.2f}  "
             f"cpu {arm['cpu_s_per_call']:8.3f} s  x{arm['cpu_speedup']:5.2f}{kept}"
+        )
+    return lines
+
+
+#: The four UNets that lever ``stack`` times (:func:`compose_stack`'s arms), by role.
+STACK_ARMS = ("full", "shallow", "merged", "merged shallow")
+
+
+def compose_stack(arms: dict, ratio: float, intervals, torch_fp32: dict | None = None) -> dict:
+    """Seconds per UNet step of the float levers stacked, from the four UNets of :data:`STACK_ARMS`
+    timed side by side (``arms``: ``time_tome``'s rows by role): the UNet; DeepCache at each of
+    ``intervals`` N, a step averaging ``(t_full + (N - 1) t_shallow) / N``; token merging at
+    ``ratio``; and both, the merged UNet on full steps and the merged shallow UNet between them.
+    The full step of DeepCache is timed as the plain UNet (the same layers; DeepCache's full IR
+    only returns one more tensor). Each row: wall and CPU seconds per step, ``x_best_float`` by
+    both clocks against the UNet's row and, given PyTorch fp32's step (``s_per_step``,
+    ``cpu_s_per_step``), ``x_torch_fp32``."""
+    missing = [role for role in STACK_ARMS if role not in arms]
+    if missing:
+        raise ValueError(f"lever stack needs the arms {list(STACK_ARMS)}; missing {missing}.")
+
+    def step(full: str, shallow: str, n: int) -> dict:
+        return {
+            clock: (arms[full][f"{clock}_call"] + (n - 1) * arms[shallow][f"{clock}_call"]) / n
+            for clock in ("s_per", "cpu_s_per")
+        }
+
+    rows = {"static shapes": step("full", "shallow", 1)}
+    rows |= {f"+ DeepCache N={n}": step("full", "shallow", n) for n in intervals}
+    rows[f"+ token merging {ratio:g}"] = step("merged", "merged shallow", 1)
+    rows |= {
+        f"+ token merging {ratio:g} + DeepCache N={n}": step("merged", "merged shallow", n) for n in intervals
+    }
+    base = rows["static shapes"]
+    out = {}
+    for name, row in rows.items():
+        entry = {"s_per_step": row["s_per"], "cpu_s_per_step": row["cpu_s_per"]}
+        entry["x_best_float"] = base["s_per"] / row["s_per"]
+        entry["cpu_x_best_float"] = base["cpu_s_per"] / row["cpu_s_per"]
+        if torch_fp32:
+            entry["x_torch_fp32"] = torch_fp32["s_per_step"] / row["s_per"]
+            entry["cpu_x_torch_fp32"] = torch_fp32["cpu_s_per_step"] / row["cpu_s_per"]
+        out[name] = entry
+    return out
+
+
+def stack_lines(model: str, stack: dict | None) -> list[str]:
+    """Lever ``stack``: seconds per UNet step of each stack of float levers (:func:`compose_stack`)."""
+    if not stack:
+        return []
+    if not stack.get("ok"):
+        return [f"{model[:10]:10} lever stack: failed: {stack.get('error', '')[:80]}"]
+    lines = [
+        f"{model[:10]:10} lever stack ({stack['precision_asked']}, {stack['rounds']} rounds, "
+        f"{stack['latent']}x{stack['latent']} latents; per UNet step, DeepCache averaged over N steps):"
+    ]
+    for name, row in stack["rows"].items():
+        torch = f"  x{row['cpu_x_torch_fp32']:5.2f} torch (cpu)" if "cpu_x_torch_fp32" in row else ""
+        lines.append(
+            f"{'':10}   {name:36} {row['s_per_step']:9.3f} s  cpu {row['cpu_s_per_step']:8.3f} s  "
+            f"x{row['cpu_x_best_float']:5.2f} best float (cpu){torch}"
         )
     return lines
 

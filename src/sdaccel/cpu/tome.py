@@ -41,7 +41,7 @@ from __future__ import annotations
 import math
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -219,9 +219,16 @@ def convert_tome_unet(unet, ratio: float, latent_height: int, latent_width: int,
     return fix_dims(ov_model, dims), merge_report(seen, ratio, (latent_height, latent_width))
 
 
-def convert_tome_deepcache(unet, ratio: float, latent_size: int, sequence_length: int = 77):
+def convert_tome_deepcache(
+    unet,
+    ratio: float,
+    latent_size: int,
+    sequence_length: int = 77,
+    parts: Sequence[str] = ("full", "shallow"),
+):
     """DeepCache's two IRs (:mod:`sdaccel.cpu.deepcache`) of ``unet`` with ``ratio`` of its
-    full-resolution tokens merged -> ``({"full": ov.Model, "shallow": ov.Model}, report)``.
+    full-resolution tokens merged -> ``({"full": ov.Model, "shallow": ov.Model}, report)`` (only
+    those of ``parts`` that are asked for).
 
     Traced at ``latent_size x latent_size`` latents, which both IRs keep as static height and width,
     as :func:`convert_tome_unet` does. The merged blocks sit in the first down block and the last up
@@ -232,13 +239,16 @@ def convert_tome_deepcache(unet, ratio: float, latent_size: int, sequence_length
     ratio = check_ratio(ratio)
     if latent_size < STRIDE:
         raise ValueError(f"the latent size must be at least {STRIDE}x{STRIDE}, got {latent_size}.")
+    converters = {"full": convert_full, "shallow": convert_shallow}
+    if not parts or set(parts) - set(converters):
+        raise ValueError(f"parts must be some of {list(converters)}, got {parts!r}.")
     models = {}
     with token_merging(unet, ratio) as seen:
         # tomesd reads the latent size that a hook on unet.forward records; DeepCache's pieces
         # call the UNet's blocks, never its forward, so the size is set here
         unet._tome_info["size"] = (latent_size, latent_size)
-        for part, convert in (("full", convert_full), ("shallow", convert_shallow)):
-            models[part] = convert(unet, latent_size, sequence_length, fixed_size=True)
+        for part in parts:
+            models[part] = converters[part](unet, latent_size, sequence_length, fixed_size=True)
     return models, merge_report(seen, ratio, (latent_size, latent_size))
 
 

@@ -39,19 +39,21 @@ from sdaccel.core.tables import markdown_table
 #: The float layer groups of the default INT8 recipe: every ResNet (on the toys, full INT8 with
 #: the ResNets in float keeps the adherence of f32: ``python -m sdaccel.toy.adherence``).
 FLOAT_GROUPS = ("resnets",)
-#: The names of the stack's rows, lever by lever (:func:`stack_names`).
+#: The levers, in the order they are stacked (:func:`measure` takes any of them, in this order).
+LEVERS = ("static", "int8", "tome", "deepcache")
+#: The first row: no lever.
 BASE = "f32"
 
 
-def stack_names(ratio: float, interval: int) -> list[str]:
+def stack_names(ratio: float, interval: int, levers: Sequence[str] = LEVERS) -> list[str]:
     """The rows of :func:`measure`, in stacking order: each adds one lever to the row before."""
-    return [
-        BASE,
-        "+ static shapes",
-        "+ INT8",
-        f"+ token merging {ratio:g}",
-        f"+ DeepCache N={interval}",
-    ]
+    label = {
+        "static": "+ static shapes",
+        "int8": "+ INT8",
+        "tome": f"+ token merging {ratio:g}",
+        "deepcache": f"+ DeepCache N={interval}",
+    }
+    return [BASE, *(label[lever] for lever in levers)]
 
 
 def recipe_patterns(float_groups: Sequence[str]) -> list[str]:
@@ -66,11 +68,13 @@ def recipe_patterns(float_groups: Sequence[str]) -> list[str]:
 
 
 def check_request(
-    ratio: float, interval: int, num_prompts: int, steps: int, max_drop: float, float_groups
+    ratio: float, interval: int, num_prompts: int, steps: int, max_drop: float, float_groups, levers
 ) -> float:
     """Refuse a bad request before anything is exported or written; returns the checked ratio."""
     from sdaccel.cpu.tome import check_ratio
 
+    if isinstance(levers, str) or not levers or list(levers) != [x for x in LEVERS if x in levers]:
+        raise ValueError(f"levers must be some of {list(LEVERS)}, in that order, got {levers!r}.")
     ratio = check_ratio(ratio)
     if isinstance(interval, bool) or not isinstance(interval, int) or interval < 2:
         raise ValueError(
@@ -97,6 +101,7 @@ def measure(
     num_prompts: int = 48,
     steps: int = 20,
     guidance_scale: float = 6.0,
+    levers: Sequence[str] = LEVERS,
     ratio: float = 0.5,
     interval: int = 2,
     float_groups: Sequence[str] = FLOAT_GROUPS,
@@ -105,19 +110,19 @@ def measure(
     calibration_samples: int = 100,
     progress: bool = False,
 ) -> dict:
-    """Stack the levers one by one on ``checkpoint`` (see the module doc) and judge each stack on
-    ``num_prompts`` held-out prompts. Returns ``{"rows": {name: row}, "fastest": name,
-    "settings": ...}``; each row has the adherence (:func:`sdaccel.toy.dataset.adherence`), PSNR/SSIM
-    against the f32 images, UNet calls per image (full / shallow), the median seconds per image
-    (whole pipeline and UNet alone), ``x_f32`` (the UNet's speed-up over f32) and ``within``
-    (adherence at most ``max_drop`` below f32).
+    """Stack ``levers`` one by one on ``checkpoint`` (any of :data:`LEVERS`, in that order; see
+    the module doc) and judge each stack on ``num_prompts`` held-out prompts. Returns
+    ``{"rows": {name: row}, "fastest": name, "settings": ...}``; each row has the adherence
+    (:func:`sdaccel.toy.dataset.adherence`), PSNR/SSIM against the f32 images, UNet calls per image
+    (full / shallow), the median seconds per image (whole pipeline and UNet alone), ``x_f32`` (the
+    UNet's speed-up over f32) and ``within`` (adherence at most ``max_drop`` below f32).
 
     The f32 export goes to ``export_dir`` (default ``<work_dir>/export``; an export of the same
     checkpoint is reused, and the merged UNets go into it), calibration data and INT8 IRs to
     ``work_dir``. Calibration uses ``calibration_prompts`` *training* captions, never held-out ones.
     """
     from sdaccel.core.checkpoint import resolve_checkpoint
-    from sdaccel.cpu.deepcache import DeepCache, quantize_deepcache
+    from sdaccel.cpu.deepcache import DeepCache, export_deepcache, quantize_deepcache
     from sdaccel.cpu.export import MODEL_XML, checkpoint_defaults, export_pipeline, text_to_image_components
     from sdaccel.cpu.pipeline import OVPipeline
     from sdaccel.cpu.quantize import describe_ir, quantize_ir
@@ -127,7 +132,7 @@ def measure(
     from sdaccel.toy.deepcache_quality import run_configuration
 
     # 1. Check the request, before anything is exported or written
-    ratio = check_request(ratio, interval, num_prompts, steps, max_drop, float_groups)
+    ratio = check_request(ratio, interval, num_prompts, steps, max_drop, float_groups, levers)
     src = resolve_checkpoint(checkpoint)
     defaults = checkpoint_defaults(src)
     if defaults.height != defaults.width:
@@ -136,45 +141,57 @@ def measure(
         )
     size, work = defaults.height, Path(work_dir)
 
-    # 2. The f32 export, the merged UNet and its DeepCache IRs, and the calibration data
+    # 2. The f32 export, and the UNets the levers ask for: token merging merges the UNet and,
+    #    with DeepCache, DeepCache's two IRs
     export = export_pipeline(
         src, Path(export_dir) if export_dir else work / "export", components=text_to_image_components(src),
         progress=progress,
     )  # fmt: skip
-    merged = export_tome(src, export, ratio, size, size)
-    merged_deepcache = export_tome(src, export, ratio, size, size, deepcache=True)
+    merge = "tome" in levers
+    unets = {"plain": export / "unet" / MODEL_XML}
+    if merge:
+        unets["merged"] = export_tome(src, export, ratio, size, size) / MODEL_XML
+    if "deepcache" in levers:
+        unets["deepcache"] = (
+            export_tome(src, export, ratio, size, size, deepcache=True)
+            if merge
+            else export_deepcache(src, export)
+        )
     dynamic = OVPipeline.from_pretrained(export, precision="f32")
-    calibration = calibrate_on_training_captions(
-        dynamic, work / "calibration", steps, guidance_scale, size,
-        prompts=calibration_prompts, samples=calibration_samples, progress=progress,
-    )  # fmt: skip
 
-    # 3. One INT8 recipe, applied alike to the plain UNet, the merged one and the DeepCache pair
-    ignored = recipe_patterns(float_groups)
-    int8 = {"plain": work / "unet_int8" / MODEL_XML, "merged": work / "unet_int8_tome" / MODEL_XML}
-    for name, source in (("plain", export / "unet" / MODEL_XML), ("merged", merged / MODEL_XML)):
-        quantize_ir(source, int8[name], "full_int8", calibration.folder, calibration_samples, ignored=ignored)
-    deepcache_int8 = work / "deepcache_int8_tome"
-    quantize_deepcache(
-        merged_deepcache, deepcache_int8, calibration, subset_size=calibration_samples, ignored=ignored
-    )
+    # 3. INT8: one recipe, applied alike to every UNet, on the same calibration data
+    ignored = recipe_patterns(float_groups) if "int8" in levers else None
+    if ignored is not None:
+        calibration = calibrate_on_training_captions(
+            dynamic, work / "calibration", steps, guidance_scale, size,
+            prompts=calibration_prompts, samples=calibration_samples, progress=progress,
+        )  # fmt: skip
+        for name, source in list(unets.items()):
+            if name == "deepcache":
+                unets[name] = work / "deepcache_int8"
+                quantize_deepcache(
+                    source, unets[name], calibration, subset_size=calibration_samples, ignored=ignored
+                )
+            else:
+                unets[name] = work / f"unet_{name}_int8" / MODEL_XML
+                quantize_ir(
+                    source, unets[name], "full_int8", calibration.folder, calibration_samples, ignored=ignored
+                )
 
     # 4. The stack, lever by lever: (pipeline, the UNet it runs, DeepCache)
-    static = OVPipeline.from_pretrained(export, precision="f32", static=(1, size, size))
-    names = stack_names(ratio, interval)
-    stack = dict(
-        zip(
-            names,
-            [
-                (dynamic, None, None),
-                (static, export / "unet" / MODEL_XML, None),
-                (static, int8["plain"], None),
-                (static, int8["merged"], None),
-                (dynamic, None, DeepCache.load(deepcache_int8, dynamic, interval=interval)),
-            ],
-            strict=True,
-        )
-    )
+    static = None
+    if "static" in levers:
+        static = OVPipeline.from_pretrained(export, precision="f32", static=(1, size, size))
+    names = stack_names(ratio, interval, levers)
+    stack = {BASE: (dynamic, None, None)}
+    pipe, unet = dynamic, export / "unet" / MODEL_XML
+    for name, lever in zip(names[1:], levers, strict=True):
+        if lever == "deepcache":  # its own IRs, in the pipeline with dynamic shapes
+            stack[name] = (dynamic, None, DeepCache.load(unets["deepcache"], dynamic, interval=interval))
+            continue
+        pipe = static if lever == "static" else pipe
+        unet = {"int8": unets["plain"], "tome": unets.get("merged")}.get(lever, unet)
+        stack[name] = (pipe, unet, None)
 
     # 5. The held-out prompts through each stack, scored against the prompts and the f32 images
     prompts = dataset.heldout_prompts(num_prompts)
@@ -186,11 +203,11 @@ def measure(
         reference = None if name == BASE else images[BASE]
         images[name], row = run_configuration(name, pipe, cache, prompts, call, reference, progress)
         row.pop("int8", None)  # deepcache_quality's flag; here the levers say it
-        levers = names[1 : names.index(name) + 1]
-        row["levers"] = [lever.removeprefix("+ ") for lever in levers]
+        row["levers"] = [label.removeprefix("+ ") for label in names[1 : names.index(name) + 1]]
         row["shapes"] = "static" if pipe is static else "dynamic"
         rows[name] = row
-    rows["+ INT8"]["fake_quantize"] = describe_ir(int8["plain"])["fake_quantize"]
+    if ignored is not None:
+        rows["+ INT8"]["fake_quantize"] = describe_ir(unets["plain"])["fake_quantize"]
 
     # 6. Speed against f32, the quality bound, and the fastest stack within it
     base = rows[BASE]
@@ -205,7 +222,10 @@ def measure(
             **call,
             "ratio": ratio,
             "interval": interval,
-            "int8": {"variant": "full_int8", "float_groups": list(float_groups), "ignored": ignored},
+            "levers": list(levers),
+            "int8": None
+            if ignored is None
+            else {"variant": "full_int8", "float_groups": list(float_groups), "ignored": ignored},
             "precision": "f32 (INFERENCE_PRECISION_HINT) everywhere; INT8 layers run in INT8",
             "max_drop": max_drop,
             "calibration_prompts": calibration_prompts,
@@ -256,7 +276,11 @@ def format_table(result: dict) -> str:
         rows,
         align="lrrrrrrc",
     )
-    return f"{table}\n\nfastest within {100 * s['max_drop']:g} adherence points of f32: {result['fastest']}"
+    return (
+        f"{table}\n\nfastest within {100 * s['max_drop']:g} adherence points of f32: {result['fastest']}\n"
+        "(a 1 M-parameter toy's milliseconds, mostly fixed cost per call: "
+        "benchmarks/bench_openvino.py --levers stack times the real UNet)"
+    )
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -273,6 +297,9 @@ def main(argv: list[str] | None = None) -> dict:
         "--float-groups", nargs="+", default=list(FLOAT_GROUPS),
         help="layer groups the INT8 recipe keeps in float (the sensitivity ranking's names)",
     )  # fmt: skip
+    parser.add_argument(
+        "--levers", nargs="+", choices=LEVERS, default=list(LEVERS), help="the levers to stack, in this order"
+    )
     parser.add_argument("--max-drop", type=float, default=0.02, help="the quality bound (0.02: 2 points)")
     parser.add_argument("--work-dir", default=None, help="default build/stack/<checkpoint name>")
     parser.add_argument("--out", default=None, help="JSON (default: stack.json in the work folder)")
@@ -282,7 +309,8 @@ def main(argv: list[str] | None = None) -> dict:
     work = Path(args.work_dir or Path("build") / "stack" / Path(args.checkpoint).name)
     result = measure(
         args.checkpoint, work, num_prompts=args.prompts, steps=args.steps, ratio=args.ratio,
-        interval=args.interval, float_groups=args.float_groups, max_drop=args.max_drop, progress=True,
+        interval=args.interval, float_groups=args.float_groups, levers=args.levers, max_drop=args.max_drop,
+        progress=True,
     )  # fmt: skip
     return finish(
         result, Path(args.out or work / "stack.json"), format_table(result), "sdaccel.toy.stack_quality", argv
