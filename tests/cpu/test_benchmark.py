@@ -130,6 +130,7 @@ def test_the_stack_composes_each_step_from_the_unets_timed_side_by_side():
         "+ token merging 0.5 + DeepCache N=3",
     ]
     assert rows["static shapes"] == {
+        "levers": ["static shapes"],
         "s_per_step": 4.0,
         "cpu_s_per_step": 8.0,
         "x_best_float": 1.0,
@@ -138,6 +139,11 @@ def test_the_stack_composes_each_step_from_the_unets_timed_side_by_side():
         "cpu_x_torch_fp32": 2.0,
     }
     assert rows["+ DeepCache N=2"]["s_per_step"] == 3.0  # (4 + 2) / 2
+    assert rows["+ token merging 0.5 + DeepCache N=3"]["levers"] == [
+        "static shapes",
+        "token merging 0.5",
+        "DeepCache N=3",
+    ]
     assert rows["+ token merging 0.5 + DeepCache N=3"]["cpu_s_per_step"] == 10.0 / 3  # (6 + 2 * 2) / 3
     assert rows["+ token merging 0.5 + DeepCache N=3"]["cpu_x_best_float"] == 8.0 / (10.0 / 3)
     without_torch = B.compose_stack(STACK_ARMS, 0.5, [2])

@@ -156,11 +156,22 @@ def test_a_failed_call_does_not_poison_the_cache(exports, pipes):
     np.testing.assert_array_equal(pipe(PROMPTS[:1], **call).array, before)
 
 
-def test_static_pipelines_are_refused_clearly(exports):
+def test_a_static_pipeline_compiles_both_irs_static_and_draws_the_same(exports, pipes):
+    """With a static pipeline both IRs are reshaped to its shape (``cached`` at the full latent
+    size), and the images are the dynamic pipeline's; another size is refused as without DeepCache."""
     folder, deep = exports["tiny-sd15"]
     static = OVPipeline.from_pretrained(folder, precision="f32", static=(1, 64, 64))
-    with pytest.raises(ValueError, match="dynamic shapes"):
-        compile_parts(deep, static)
+    full, shallow = compile_parts(deep, static)
+    assert str(shallow.input("cached").get_partial_shape()) == "[2,64,8,8]"
+    assert str(full.input("sample").get_partial_shape()) == "[2,4,8,8]"
+    call = {"steps": 4, "seed": 3, **SIZE}
+    cached = static(PROMPTS[:1], deepcache=DeepCache(full, shallow, interval=2), **call)
+    dynamic = pipes["tiny-sd15"](
+        PROMPTS[:1], deepcache=DeepCache.load(deep, pipes["tiny-sd15"], interval=2), **call
+    )
+    np.testing.assert_allclose(cached.array, dynamic.array, rtol=0, atol=1e-5)
+    with pytest.raises(ValueError, match="compiled static"):
+        static(PROMPTS[:1], deepcache=DeepCache.load(deep, static, interval=2), **{**call, "height": 128})
 
 
 def test_quantize_both_irs_to_full_int8(exports, pipes, tmp_path):

@@ -44,7 +44,7 @@ def test_each_row_adds_one_lever_to_the_one_before(result):
         ["static shapes", "INT8", "token merging 0.5"],
         ["static shapes", "INT8", "token merging 0.5", f"DeepCache N={INTERVAL}"],
     ]
-    assert [row["shapes"] for row in rows.values()] == ["dynamic", "static", "static", "static", "dynamic"]
+    assert [row["shapes"] for row in rows.values()] == ["dynamic", "static", "static", "static", "static"]
     assert result["settings"]["int8"]["float_groups"] == ["resnets"]
     assert rows["+ INT8"]["fake_quantize"] > 0
 
@@ -129,7 +129,7 @@ def test_the_command_writes_the_json_and_prints_the_table(result, tmp_path, monk
 
 
 def test_any_levers_stack_in_their_order(result, work):
-    """DeepCache alone: its plain IRs (no merge, no INT8), in the pipeline with dynamic shapes,
+    """DeepCache alone: its plain IRs (no merge, no INT8), with dynamic shapes (no static lever),
     against the same f32 images as the whole stack's (the export is shared)."""
     alone = stack_quality.measure(
         CHECKPOINT, work / "deepcache", export_dir=work / "export", num_prompts=PROMPTS, steps=STEPS,

@@ -62,6 +62,9 @@ a name from its module, as the notebooks do: ``from sdaccel.course.run_profiles 
   :func:`~sdaccel.course.whole_image.read_quality` (each recipe's adherence on the trained toy, beside
   its seconds); the benchmark's rows are :data:`~sdaccel.course.whole_image_rows.ROWS`, a recipe's
   key :func:`~sdaccel.course.whole_image_rows.recipe_key`.
+- :mod:`~sdaccel.course.stack_report` (notebook 06): :func:`~sdaccel.course.stack_report.join`,
+  :func:`~sdaccel.course.stack_report.fastest`, :func:`~sdaccel.course.stack_report.markdown`: each
+  stack of levers with its adherence on the trained toy beside its seconds per step on a real UNet.
 - :mod:`~sdaccel.course.few_steps` (notebook 07): :func:`~sdaccel.course.few_steps.time_images`,
   :func:`~sdaccel.course.few_steps.speed_rows`, :func:`~sdaccel.course.few_steps.format_speed`,
   :func:`~sdaccel.course.few_steps.lever_costs`, :func:`~sdaccel.course.few_steps.format_costs`,
@@ -100,6 +103,7 @@ __all__ = [
     "resources",
     "run_notebooks",
     "run_profiles",
+    "stack_report",
     "whole_image",
     "whole_image_rows",
 ]

@@ -823,6 +823,7 @@ def compose_stack(arms: dict, ratio: float, intervals, torch_fp32: dict | None =
     timed side by side (``arms``: ``time_tome``'s rows by role): the UNet; DeepCache at each of
     ``intervals`` N, a step averaging ``(t_full + (N - 1) t_shallow) / N``; token merging at
     ``ratio``; and both, the merged UNet on full steps and the merged shallow UNet between them.
+    Each row names its ``levers`` as :mod:`sdaccel.toy.stack_quality`'s rows do.
     The full step of DeepCache is timed as the plain UNet (the same layers; DeepCache's full IR
     only returns one more tensor). Each row: wall and CPU seconds per step, ``x_best_float`` by
     both clocks against the UNet's row and, given PyTorch fp32's step (``s_per_step``,
@@ -837,16 +838,22 @@ def compose_stack(arms: dict, ratio: float, intervals, torch_fp32: dict | None =
             for clock in ("s_per", "cpu_s_per")
         }
 
-    rows = {"static shapes": step("full", "shallow", 1)}
-    rows |= {f"+ DeepCache N={n}": step("full", "shallow", n) for n in intervals}
-    rows[f"+ token merging {ratio:g}"] = step("merged", "merged shallow", 1)
+    merge = f"token merging {ratio:g}"
+    rows = {"static shapes": (step("full", "shallow", 1), [])}
+    rows |= {f"+ DeepCache N={n}": (step("full", "shallow", n), [f"DeepCache N={n}"]) for n in intervals}
+    rows[f"+ {merge}"] = (step("merged", "merged shallow", 1), [merge])
     rows |= {
-        f"+ token merging {ratio:g} + DeepCache N={n}": step("merged", "merged shallow", n) for n in intervals
+        f"+ {merge} + DeepCache N={n}": (step("merged", "merged shallow", n), [merge, f"DeepCache N={n}"])
+        for n in intervals
     }
-    base = rows["static shapes"]
+    base = rows["static shapes"][0]
     out = {}
-    for name, row in rows.items():
-        entry = {"s_per_step": row["s_per"], "cpu_s_per_step": row["cpu_s_per"]}
+    for name, (row, levers) in rows.items():
+        entry = {
+            "levers": ["static shapes", *levers],
+            "s_per_step": row["s_per"],
+            "cpu_s_per_step": row["cpu_s_per"],
+        }
         entry["x_best_float"] = base["s_per"] / row["s_per"]
         entry["cpu_x_best_float"] = base["cpu_s_per"] / row["cpu_s_per"]
         if torch_fp32:

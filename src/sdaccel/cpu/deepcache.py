@@ -216,18 +216,24 @@ def export_deepcache(
 
 def compile_parts(folder: str | os.PathLike, pipeline) -> tuple:
     """Compile the full and the shallow IR of ``folder`` as ``pipeline`` compiles its UNet (same
-    OpenVINO core, device and properties, hence the same inference precision)."""
-    if pipeline.static is not None:
-        raise ValueError(
-            "DeepCache runs with dynamic shapes (the cached feature is an input that static "
-            "reshaping does not know); load the pipeline with static=None."
-        )
-    return tuple(
-        pipeline.core.compile_model(
-            str(Path(folder) / part / MODEL_XML), pipeline.device, pipeline.compile_config
-        )
-        for part in PARTS
-    )
+    OpenVINO core, device and properties, hence the same inference precision; reshaped to its
+    static shape when it has one, the cached feature at the full latent size)."""
+    from dataclasses import asdict
+
+    from sdaccel.cpu.export import reshape_static
+
+    compiled = []
+    for part in PARTS:
+        model = pipeline.core.read_model(str(Path(folder) / part / MODEL_XML))
+        if pipeline.static is not None:
+            reshape_static(
+                model,
+                **asdict(pipeline.static),
+                vae_scale_factor=pipeline.vae_scale_factor,
+                max_length=pipeline.max_length,
+            )
+        compiled.append(pipeline.core.compile_model(model, pipeline.device, pipeline.compile_config))
+    return tuple(compiled)
 
 
 class DeepCache:

@@ -316,6 +316,8 @@ def _static_shapes(model, shape: StaticShape, vae_scale_factor: int, max_length:
             dims = [1]
         elif name == "sample" and "timestep" in names:  # the UNet
             dims = [shape.model_batch, dims[1], h, w]
+        elif name == "cached" and "timestep" in names:  # DeepCache's shallow UNet: the feature it is fed
+            dims = [shape.model_batch, dims[1], h, w]
         elif name in ("encoder_hidden_states", "text_embeds", "time_ids", "timestep_cond"):
             dims[0] = shape.model_batch
             if name == "encoder_hidden_states":

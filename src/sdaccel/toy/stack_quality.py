@@ -11,9 +11,7 @@ The levers, in the order they are stacked (each one alone keeps the picture: not
    same recipe and calibration data;
 4. **DeepCache** at ``interval`` (:mod:`sdaccel.cpu.deepcache`): its two IRs traced with the same
    token merging (:func:`sdaccel.cpu.tome.export_tome` with ``deepcache=True``) and quantized the
-   same way. DeepCache's IRs run in a pipeline with dynamic shapes (the cached feature is an input
-   that static reshaping does not know), but token merging fixes their height and width, so only
-   the batch stays dynamic there.
+   same way, and compiled static like the UNet before it.
 
 :func:`fastest_within` picks the fastest stack whose adherence is at most ``max_drop`` below f32:
 "fastest" always within a stated quality bound. Image ``i`` is seeded with ``i`` in every row, so
@@ -186,8 +184,8 @@ def measure(
     stack = {BASE: (dynamic, None, None)}
     pipe, unet = dynamic, export / "unet" / MODEL_XML
     for name, lever in zip(names[1:], levers, strict=True):
-        if lever == "deepcache":  # its own IRs, in the pipeline with dynamic shapes
-            stack[name] = (dynamic, None, DeepCache.load(unets["deepcache"], dynamic, interval=interval))
+        if lever == "deepcache":  # its own two IRs, compiled as the pipeline compiles its UNet
+            stack[name] = (pipe, None, DeepCache.load(unets["deepcache"], pipe, interval=interval))
             continue
         pipe = static if lever == "static" else pipe
         unet = {"int8": unets["plain"], "tome": unets.get("merged")}.get(lever, unet)
