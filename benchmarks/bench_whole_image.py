@@ -853,6 +853,13 @@ def parse_args(argv=None):
     )
     parser.add_argument("--tpu-steps", type=int, default=4, help="steps of the TPU program")
     parser.add_argument("--tpu-plans", default="benchmarks/results", help="folder of the tpu_plan_*.json")
+    parser.add_argument(
+        "--quality",
+        default=None,
+        help="each recipe's adherence on the trained toy, as two columns of the table: a "
+        "`python -m sdaccel.toy.whole_image_quality` JSON or a folder of them (default: benchmarks/results "
+        "beside this script; 'none': leave them out)",
+    )
     parser.add_argument("--random-root", default="build/checkpoints")
     parser.add_argument(
         "--workdir", default=None, help="default benchmarks/build/whole_image/<model>[-quick]"
@@ -863,6 +870,8 @@ def parse_args(argv=None):
     args = parser.parse_args(argv)
     if args.quant_parts is not None and args.quant_parts < 1:
         parser.error("--quant-parts must be at least 1")
+    if args.quality is not None and args.quality.lower() != "none" and not Path(args.quality).exists():
+        parser.error(f"--quality: no file or folder {args.quality} (or 'none' to leave the columns out)")
     for flag in ("runs", "warmup_steps", "steps", "few_steps", "calib_samples"):
         if getattr(args, flag) < 1:
             parser.error(f"--{flag.replace('_', '-')} must be at least 1")
@@ -927,7 +936,8 @@ def main(argv=None) -> dict:
     rows = bench.results["rows"]
     bench.results["missing_rows"] = [k for k in row_keys(args) if not rows.get(k, {}).get("ok")]
     bench.results["complete"] = not bench.results["missing_rows"]
-    bench.results["table"] = format_table(bench.results)
+    quality = args.quality or Path(__file__).resolve().parent / "results"  # the toy's committed results
+    bench.results["table"] = format_table(bench.results, quality=None if quality == "none" else quality)
     bench.save()
     print(bench.results["table"])
     md = Path(args.out).with_suffix(".md")

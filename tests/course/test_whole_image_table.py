@@ -246,6 +246,16 @@ def test_format_table_is_the_benchmarks_table():
     )
 
 
+def test_the_benchmarks_table_has_the_toys_quality_when_given():
+    data = _results(tpu=None)
+    quality = _quality(torch_fp32_20=0.958, ov_float_20=0.938)
+    lines = whole_image.format_table(data, quality=quality).splitlines()
+    assert "| adherence (toy) | PSNR dB vs f32 (toy) |" in lines[2]
+    row = next(line for line in lines if line.startswith(f"| {data['rows']['ov_float_20']['title']} |"))
+    assert "| 0.938 | 30.0 |" in row
+    assert "adherence (toy)" not in whole_image.format_table(data)
+
+
 @pytest.mark.parametrize("name", whole_image.REFERENCE_FILES)
 def test_the_committed_results_read(name):
     path = COMMITTED.parent / name

@@ -654,10 +654,11 @@ def _notes(row: dict) -> str:
     return "; ".join(extra)
 
 
-def format_table(results: dict) -> str:
+def format_table(results: dict, quality: str | os.PathLike | dict | None = None) -> str:
     """The benchmark's own table of a ``bench_whole_image.py`` JSON: a line of settings, the rows
-    with their notes, and the TPU floor when the run computed it."""
-    table = read_table(results)
+    with their notes, and the TPU floor when the run computed it. ``quality`` (as
+    :func:`read_table`'s): each recipe's adherence and PSNR on the trained toy, in two more columns."""
+    table = read_table(results, quality)
     s, m = table["settings"], table["machine"]
     lines = [
         f"{s['model']} ({'tiny, quick' if s.get('quick') else 'real architecture, random weights'}), "
