@@ -157,6 +157,7 @@ from sdaccel.cpu.benchmark import (
     quantize_vae_child,
     results_table,
     run_child,
+    stack_lines,
     summarize_run,
     synthetic_calibration,
     time_lever,
@@ -632,18 +633,7 @@ def bench_tome(model: str, args, work: Path, spec: dict, result: dict, source: P
                 continue
         out["merged"][key] = json.loads(report.read_text())
         irs[f"tome {key}"] = str(xml)
-    run = run_child(
-        f"lever tome ({precision}, {args.lever_rounds} rounds, compiled afresh each round)",
-        time_tome,
-        irs,
-        spec,
-        args.lever_rounds,
-        args.warmup,
-        precision,
-        limit_gb=limit,
-        min_free_gb=free,
-    )
-    out.update(summarize_run(run, {"precision_asked": precision}))
+    out.update(time_side_by_side("tome", irs, spec, precision, args))
     for name, arm in out.get("arms", {}).items():
         print(
             f"    {name:28} {arm['s_per_call']:9.3f} s  x{arm['speedup']:.2f}  "
@@ -861,29 +851,33 @@ def bench_stack(model: str, args, work: Path, spec: dict, result: dict, source: 
         if not run.ok:
             return {**out, "ok": False, "error": f"export of {what} failed: {run.error}"}
     cached = {"cached": cached_shape(unet_config(model), args.batch, args.latent, args.latent)}
-    run = run_child(
-        f"lever stack ({precision}, {args.lever_rounds} rounds, compiled afresh each round)",
-        time_tome,
-        {role: str(xml) for role, xml in irs.items()},
-        {**spec, "extra": cached},
-        args.lever_rounds,
-        args.warmup,
-        precision,
-        limit_gb=limit,
-        min_free_gb=free,
-    )
-    out.update(summarize_run(run, {"precision_asked": precision}))
-    if run.ok:
+    irs = {role: str(xml) for role, xml in irs.items()}
+    out.update(time_side_by_side("stack", irs, {**spec, "extra": cached}, precision, args))
+    if out["ok"]:
         torch_row = result["variants"].get("torch_fp32", {})
         out["rows"] = compose_stack(
             out["arms"], ratio, args.deepcache_intervals, torch_row if torch_row.get("ok") else None
         )
-        for name, row in out["rows"].items():
-            print(
-                f"    {name:40} {row['s_per_step']:9.3f} s  cpu {row['cpu_s_per_step']:8.3f} s  x{row['cpu_x_best_float']:5.2f}",
-                flush=True,
-            )
+        print("\n".join(stack_lines(label(model), out)[1:]), flush=True)
     return out
+
+
+def time_side_by_side(lever: str, irs: dict[str, str], spec: dict, precision: str, args) -> dict:
+    """Time the IRs of ``irs`` (name -> path) side by side in a child (``time_tome``: interleaved
+    over ``--lever-rounds`` rounds, each compiled afresh, one model in memory at a time), in
+    ``precision``; ``summarize_run``'s record of it."""
+    run = run_child(
+        f"lever {lever} ({precision}, {args.lever_rounds} rounds, compiled afresh each round)",
+        time_tome,
+        irs,
+        spec,
+        args.lever_rounds,
+        args.warmup,
+        precision,
+        limit_gb=args.memory_limit_gb,
+        min_free_gb=args.min_free_gb,
+    )
+    return summarize_run(run, {"precision_asked": precision})
 
 
 def bench_deepcache(model: str, args, work: Path, spec: dict, result: dict) -> dict:

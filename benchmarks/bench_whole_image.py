@@ -870,7 +870,9 @@ def parse_args(argv=None):
     args = parser.parse_args(argv)
     if args.quant_parts is not None and args.quant_parts < 1:
         parser.error("--quant-parts must be at least 1")
-    if args.quality is not None and args.quality.lower() != "none" and not Path(args.quality).exists():
+    if args.quality is not None and args.quality.lower() == "none":
+        args.quality = "none"
+    elif args.quality is not None and not Path(args.quality).exists():
         parser.error(f"--quality: no file or folder {args.quality} (or 'none' to leave the columns out)")
     for flag in ("runs", "warmup_steps", "steps", "few_steps", "calib_samples"):
         if getattr(args, flag) < 1:

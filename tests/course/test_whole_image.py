@@ -275,6 +275,7 @@ def last_json(run):
         (["sd15", "--lcm-variant", "full_int8", "full_int8"], "names a recipe twice"),
         (["sd15", "--lcm-variant", "int4"], "invalid choice"),
         (["sdxl", "--quant-parts", "0"], "--quant-parts must be at least 1"),
+        (["sd15", "--quality", "no/such/folder"], "--quality: no file or folder no/such/folder"),
     ],
 )
 def test_bad_arguments_are_refused_before_anything_runs(tmp_path, args, message):
@@ -283,6 +284,12 @@ def test_bad_arguments_are_refused_before_anything_runs(tmp_path, args, message)
     assert run.returncode == 2
     assert message in run.stderr
     assert not out.exists() and not (tmp_path / "work").exists()
+
+
+def test_quality_none_is_read_in_any_case():
+    code = "import sys; import bench_whole_image as b; print(b.parse_args(sys.argv[1:]).quality)"
+    assert in_script(code, "sd15", "--quality", "None").stdout.split() == ["none"]
+    assert in_script(code, "sd15").stdout.split() == ["None"]  # the default: benchmarks/results
 
 
 def test_each_lcm_recipe_gets_its_own_rows():

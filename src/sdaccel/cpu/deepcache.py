@@ -215,25 +215,11 @@ def export_deepcache(
 
 
 def compile_parts(folder: str | os.PathLike, pipeline) -> tuple:
-    """Compile the full and the shallow IR of ``folder`` as ``pipeline`` compiles its UNet (same
-    OpenVINO core, device and properties, hence the same inference precision; reshaped to its
-    static shape when it has one, the cached feature at the full latent size)."""
-    from dataclasses import asdict
-
-    from sdaccel.cpu.export import reshape_static
-
-    compiled = []
-    for part in PARTS:
-        model = pipeline.core.read_model(str(Path(folder) / part / MODEL_XML))
-        if pipeline.static is not None:
-            reshape_static(
-                model,
-                **asdict(pipeline.static),
-                vae_scale_factor=pipeline.vae_scale_factor,
-                max_length=pipeline.max_length,
-            )
-        compiled.append(pipeline.core.compile_model(model, pipeline.device, pipeline.compile_config))
-    return tuple(compiled)
+    """Compile the full and the shallow IR of ``folder`` as ``pipeline`` compiles its UNet
+    (``OVPipeline.compile_as_unet``: the same core, device and properties, hence the same inference
+    precision; reshaped to its static shape when it has one, the cached feature at the full latent
+    size)."""
+    return tuple(pipeline.compile_as_unet(Path(folder) / part / MODEL_XML) for part in PARTS)
 
 
 class DeepCache:

@@ -285,6 +285,12 @@ class OVPipeline:
             )
         return self.core.compile_model(model, self.device, self.compile_config_for(_component(name)))
 
+    def compile_as_unet(self, model):
+        """Compile ``model`` (an IR's path or an ``ov.Model``) as this pipeline compiles its UNet:
+        reshaped to its static shape when it has one, with the UNet's compile properties (device,
+        precision). DeepCache's two IRs are compiled this way (:func:`sdaccel.cpu.deepcache.compile_parts`)."""
+        return self._compile(Path(model) if isinstance(model, str) else model, "unet")
+
     def _load(self, name: str, source):
         """Compile ``source`` (see :meth:`_compile`) and remember it, to compile again after a
         failure (:meth:`_recover`). ``name``: ``text_encoder_<i>``, ``unet`` or ``vae_decoder``."""

@@ -101,6 +101,7 @@ def measure(
     for name, (pipe, cache) in configs.items():
         reference = None if name == "f32" else images["f32"]
         images[name], rows[name] = run_configuration(name, pipe, cache, prompts, call, reference, progress)
+        rows[name]["int8"] = name.startswith("full_int8")
 
     # 5. The comparison grid, and the result
     grid = save_grid(work / "grid.png", images, rows, grid_columns)
@@ -171,7 +172,6 @@ def run_configuration(name: str, pipe, cache, prompts: list[str], call: dict, re
     full_calls = unet_calls if cache is None else cache.calls["full"]
     row = {
         "interval": cache.interval if cache else None,
-        "int8": name.startswith("full_int8"),
         "adherence": dataset.adherence(images, prompts),
         "unet_calls_per_image": {
             "full": full_calls / len(prompts),

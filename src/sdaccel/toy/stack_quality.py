@@ -200,7 +200,6 @@ def measure(
             pipe.replace_unet(unet)
         reference = None if name == BASE else images[BASE]
         images[name], row = run_configuration(name, pipe, cache, prompts, call, reference, progress)
-        row.pop("int8", None)  # deepcache_quality's flag; here the levers say it
         row["levers"] = [label.removeprefix("+ ") for label in names[1 : names.index(name) + 1]]
         row["shapes"] = "static" if pipe is static else "dynamic"
         rows[name] = row
