@@ -284,6 +284,9 @@ def test_smoke_checkpoints(tmp_path):
         "checkpoints/tiny-shapes-sdxl-lcm-lora",
         "checkpoints/tiny-shapes-sdxl-taesd",
     ]
+    # and every one of them, as this repository ships it, passes: a pipeline, an adapter, a lone TAESD
+    shipped = doctor.check_smoke_checkpoints(repo_dirs, doctor.REPO, tmp_path / "b", [])
+    assert shipped.status == "ok", shipped.detail
 
 
 def test_unknown_notebook_is_refused_before_any_check(capsys):

@@ -507,7 +507,8 @@ def check_models(
 
 def check_smoke_checkpoints(needed: list[str], repo: Path, tiny_root: Path, tiny_needed: list[str]) -> Check:
     """The trained checkpoints this repository ships (needed) and the random tiny ones (built on demand)."""
-    shipped = ("model_index.json", "pytorch_lora_weights.safetensors")  # a checkpoint, or an adapter
+    # a pipeline, an adapter, or one model on its own (the trained TAESD: config.json and weights)
+    shipped = ("model_index.json", "pytorch_lora_weights.safetensors", "config.json")
     missing = [c for c in needed if not any((repo / c / name).is_file() for name in shipped)]
     if missing:
         return Check(
