@@ -16,6 +16,7 @@ from sdaccel.core.checkpoint import (
     open_weights,
     read_config,
     resolve_checkpoint,
+    shown_path,
     torch_key,
 )
 from sdaccel.tpu.models.weights import load_weights
@@ -329,3 +330,17 @@ def test_check_weight_files_names_the_broken_component(tiny_sd15, tmp_path):
     with pytest.raises(CheckpointError, match=r"text_encoder/model\.safetensors is empty"):
         check_weight_files(copy)
     assert check_weight_files(copy, ["unet", "vae"]), "the other components are still whole"
+
+
+def test_a_hub_snapshot_is_shown_by_its_id_and_revision_not_its_path():
+    revision = "e496c488a3d20780fc0227b105d27f6dbd35be50"
+    cache = "/home/ana/.cache/huggingface/hub"
+    folder = f"{cache}/models--stable-diffusion-v1-5--stable-diffusion-v1-5/snapshots/{revision}"
+    assert (
+        shown_path(folder) == "hub cache: stable-diffusion-v1-5/stable-diffusion-v1-5, revision e496c488a3d2"
+    )
+    assert shown_path(f"{folder}/unet") == (
+        "hub cache: stable-diffusion-v1-5/stable-diffusion-v1-5, revision e496c488a3d2, unet"
+    )
+    assert shown_path("../checkpoints/tiny-shapes-sd15") == "../checkpoints/tiny-shapes-sd15"  # as given
+    assert shown_path(f"{cache}/models--org--name") == f"{cache}/models--org--name"  # not a snapshot

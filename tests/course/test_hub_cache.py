@@ -12,6 +12,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from sdaccel.core.checkpoint import shown_path
 from sdaccel.course import doctor, download, hub_cache, resources
 
 #: What a reader's kernel runs, offline, against the stand-in (a child Python: huggingface_hub
@@ -122,6 +123,10 @@ def test_the_notebooks_hub_ids_resolve_offline_through_the_users_code(hf_home):
     assert done.returncode == 0, done.stderr[-3000:]
     found = json.loads(done.stdout.strip().splitlines()[-1])
     assert all(Path(p).is_dir() and str(hf_home) in p for p in found["snapshots"].values())
+    # what the notebooks print for a resolved hub id: its id and revision, no path of this machine
+    for repo, folder in found["folders"].items():
+        revision = Path(folder).name
+        assert shown_path(folder) == f"hub cache: {repo}, revision {revision[:12]}"
     # variant="fp16" reads the fp16 files in fp16; SD 1.5's default files are float32
     assert found["weights"]["sdxl/unet"] == ["diffusion_pytorch_model.fp16.safetensors", "float16"]
     assert found["weights"]["sdxl/text_encoder"] == ["model.fp16.safetensors", "float16"]

@@ -6,8 +6,10 @@ import json
 import nbformat
 import pytest
 
+from sdaccel.core import env
 from sdaccel.course import run_notebooks, run_profiles
 from sdaccel.course.run_notebooks import NotebookFailed, execute, fresh_output_dir, profile_parameters, select
+from sdaccel.cpu.families import isa_tier
 
 
 @pytest.fixture(autouse=True)
@@ -192,10 +194,15 @@ def test_the_runner_records_wall_time_and_peak_memory(tmp_path, smoke_settings_o
     assert memory.kernel_bytes > 150 * 2**20, "the kernel's own high-water mark"
     assert memory.largest_child_bytes > 300 * 2**20 > memory.kernel_bytes - 150 * 2**20
     assert memory.tree_bytes > 300 * 2**20
+    # the bytearray is anonymous memory: the child's anonymous peak holds it, the kernel's does not
+    assert memory.largest_child_anon_bytes > 290 * 2**20 > memory.kernel_anon_bytes - 150 * 2**20
+    assert memory.largest_child_bytes >= memory.largest_child_anon_bytes
+    assert memory.tree_anon_bytes >= memory.largest_child_anon_bytes
     assert run.seconds > 2
 
     row = run_notebooks.summary_row(run, "smoke", "ok")
     assert row["wall_min"] == round(run.seconds / 60, 2) and row["largest_child_peak_gib"] >= 0.29
+    assert row["cpu"] == env.cpu_model() and row["isa_tier"] == isa_tier(env.cpu_features())
     path = run_notebooks.write_summary(tmp_path / "build", "smoke", [row])
     assert path == tmp_path / "build" / "smoke" / "summary.json"
     other = {**row, "notebook": "00_other", "status": "failed"}
@@ -203,7 +210,8 @@ def test_the_runner_records_wall_time_and_peak_memory(tmp_path, smoke_settings_o
     data = json.loads(path.read_text())
     assert list(data["notebooks"]) == ["00_other", "01_memory"] and data["machine"]["cpus"] >= 1
     table = (path.parent / "summary.md").read_text().splitlines()
-    assert table[0].startswith("| notebook | status | wall min | kernel GiB | largest child GiB")
+    assert table[0].startswith("| notebook | status | wall min | kernel GiB (anonymous) | largest child GiB")
+    assert f"| {row['largest_child_peak_gib']:.2f} ({row['largest_child_anon_gib']:.2f}) |" in table[3]
     assert table[2].startswith("| 00_other | failed |") and table[3].startswith("| 01_memory | ok |")
 
 

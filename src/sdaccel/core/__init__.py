@@ -20,7 +20,7 @@ Every name below can be imported from ``sdaccel.core`` or from its module.
 :mod:`sdaccel.core.checkpoint`: find a diffusers checkpoint (a folder or a hub id) and read its
 safetensors without PyTorch.
 
-- :class:`CheckpointError`; :func:`resolve_checkpoint`, :func:`allow_patterns`,
+- :class:`CheckpointError`; :func:`resolve_checkpoint`, :func:`shown_path`, :func:`allow_patterns`,
   :func:`read_json`, :func:`read_config`, :func:`read_defaults`
 - :class:`WeightFile`, :class:`WeightReader`, :func:`open_weights`, :func:`torch_key`,
   :func:`check_safetensors`, :func:`check_weight_files`, :func:`refetch_hint`
@@ -55,7 +55,7 @@ interrupt, a full disk) into a long write.
 :mod:`sdaccel.core.processes`: run a function in a fresh process, measure its peak memory, stop it
 at a limit.
 
-- :class:`ChildRun`, :func:`run_with_memory_limit`
+- :class:`ChildRun`, :func:`run_with_memory_limit`, :func:`anon_bytes` (a process's anonymous RSS)
 
 ## The environment
 
@@ -95,6 +95,7 @@ from sdaccel.core.checkpoint import (
     resolve_checkpoint,
     resolve_lora,
     resolve_tiny_vae,
+    shown_path,
     torch_key,
 )
 from sdaccel.core.contract import (
@@ -142,7 +143,7 @@ from sdaccel.core.lora_files import (
     save_kohya,
     sgm_names,
 )
-from sdaccel.core.processes import ChildRun, run_with_memory_limit
+from sdaccel.core.processes import ChildRun, anon_bytes, run_with_memory_limit
 from sdaccel.core.staging import (
     check_writable,
     clear_leftovers,
@@ -185,6 +186,7 @@ __all__ = [
     # Checkpoints
     "CheckpointError",
     "resolve_checkpoint",
+    "shown_path",
     "allow_patterns",
     "read_json",
     "read_config",
@@ -231,6 +233,7 @@ __all__ = [
     # Child processes
     "ChildRun",
     "run_with_memory_limit",
+    "anon_bytes",
     # The environment
     "package_versions",
     "PACKAGES",

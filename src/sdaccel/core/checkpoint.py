@@ -145,6 +145,21 @@ def resolve_checkpoint(
     return folder
 
 
+def shown_path(folder: str | os.PathLike) -> str:
+    """How a notebook prints a checkpoint folder that :func:`resolve_checkpoint` returned: a
+    snapshot of the Hugging Face cache as ``hub cache: org/name, revision <12 hex digits>`` (the
+    same on every machine, where the absolute path names the user and the disk that ran it), any
+    other folder as it is given."""
+    parts = Path(folder).parts
+    for i in range(len(parts) - 2):
+        repo, snapshots, revision = parts[i : i + 3]
+        if repo.startswith("models--") and snapshots == "snapshots":
+            inside = "/".join(parts[i + 3 :])
+            shown = f"hub cache: {repo.removeprefix('models--').replace('--', '/')}, revision {revision[:12]}"
+            return shown + (f", {inside}" if inside else "")
+    return str(folder)
+
+
 def _weight_names(component: str, variant: str | None) -> list[tuple[str, str]]:
     """(single file, shard index) names of ``component``'s weights that :func:`open_weights` reads,
     ``variant`` first."""

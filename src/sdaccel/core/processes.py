@@ -101,7 +101,7 @@ def _child_main(conn, fn, args, kwargs, address_space_bytes, parent_pid=None):
     conn.close()
 
 
-def _anon_bytes(pid: int) -> int | None:
+def anon_bytes(pid: int) -> int | None:
     """Anonymous resident memory of a process (``RssAnon`` + ``RssShmem``), ``None`` off Linux."""
     try:
         fields = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines())
@@ -200,7 +200,7 @@ def _watch(process, parent, start, limit_gb, poll_s, timeout_s, psutil) -> Child
             rss = watched.memory_info().rss
         except psutil.NoSuchProcess:
             break
-        anon = _anon_bytes(process.pid)
+        anon = anon_bytes(process.pid)
         run.samples.append(rss)
         run.peak_rss_bytes = max(run.peak_rss_bytes, rss)
         run.peak_anon_bytes = max(run.peak_anon_bytes, anon or 0)

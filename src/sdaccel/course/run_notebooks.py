@@ -50,6 +50,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from sdaccel.core.faults import fault_point
+from sdaccel.core.processes import anon_bytes
 from sdaccel.core.staging import replace_text, update_json, writer_lock
 from sdaccel.course import run_profiles
 
@@ -749,13 +750,22 @@ class MemoryPeaks:
     largest high-water mark of a process the kernel started (a quantization or benchmark child).
     ``tree_bytes``: the largest sum of the current RSS of the kernel and its processes at one
     sample (shared pages counted once per process, so an upper bound). ``children``: processes seen;
-    ``samples``: how many times the tree was read."""
+    ``samples``: how many times the tree was read.
+
+    The RSS counts the pages of memory-mapped files once per mapping: OpenVINO maps an IR's weights
+    for each model it reads, so a kernel that holds two pipelines of one export can report more RSS
+    than the machine has. The ``*_anon_bytes`` peaks are the anonymous part (``RssAnon`` +
+    ``RssShmem``: heap, compiled weights, activations), the memory that must fit in RAM, sampled
+    (a spike shorter than the interval can be missed)."""
 
     kernel_bytes: int = 0
     largest_child_bytes: int = 0
     tree_bytes: int = 0
     children: int = 0
     samples: int = 0
+    kernel_anon_bytes: int = 0
+    largest_child_anon_bytes: int = 0
+    tree_anon_bytes: int = 0
 
 
 def peak_rss_bytes(proc) -> int:
@@ -806,7 +816,7 @@ class MemoryWatch:
         """Read the run's processes once and raise the peaks."""
         import psutil
 
-        me, tree = os.getpid(), 0
+        me, tree, tree_anon, peaks = os.getpid(), 0, 0, self.peaks
         for proc in psutil.Process().children(recursive=True):
             if not self._is_marked(proc):
                 continue
@@ -815,13 +825,17 @@ class MemoryWatch:
                 key = (proc.pid, proc.create_time())
             except psutil.Error:
                 continue
-            tree += rss
+            anon = anon_bytes(proc.pid) or 0  # 0 off Linux, or for a process that just ended
+            tree, tree_anon = tree + rss, tree_anon + anon
             if parent == me:
-                self.peaks.kernel_bytes = max(self.peaks.kernel_bytes, peak)
+                peaks.kernel_bytes = max(peaks.kernel_bytes, peak)
+                peaks.kernel_anon_bytes = max(peaks.kernel_anon_bytes, anon)
             else:
                 self._seen.add(key)
-                self.peaks.largest_child_bytes = max(self.peaks.largest_child_bytes, peak)
-        self.peaks.tree_bytes = max(self.peaks.tree_bytes, tree)
+                peaks.largest_child_bytes = max(peaks.largest_child_bytes, peak)
+                peaks.largest_child_anon_bytes = max(peaks.largest_child_anon_bytes, anon)
+        peaks.tree_bytes = max(peaks.tree_bytes, tree)
+        peaks.tree_anon_bytes = max(peaks.tree_anon_bytes, tree_anon)
         self.peaks.children = len(self._seen)
         self.peaks.samples += 1
 
@@ -859,8 +873,32 @@ def summary_row(run: Run, profile: str, status: str) -> dict:
         "kernel_peak_gib": round(memory.kernel_bytes / gib, 2),
         "largest_child_peak_gib": round(memory.largest_child_bytes / gib, 2),
         "tree_peak_gib": round(memory.tree_bytes / gib, 2),
+        "kernel_anon_gib": round(memory.kernel_anon_bytes / gib, 2),
+        "largest_child_anon_gib": round(memory.largest_child_anon_bytes / gib, 2),
+        "tree_anon_gib": round(memory.tree_anon_bytes / gib, 2),
         "children": memory.children,
         "overrides": _profile_table(profile).get(run.notebook.stem, {}),  # as written ({repo}, {checkpoints})
+        **machine_row(),  # per row: a profile's rows may come from runs on different machines
+    }
+
+
+def machine_row() -> dict:
+    """What ran a notebook: the CPU's model and ISA tier (every CPU time is named by them), its
+    cores, and the commit of this repository (``None`` outside a git checkout)."""
+    from sdaccel.core import env
+    from sdaccel.cpu.families import isa_tier
+
+    try:
+        commit = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True, timeout=10
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):  # no git, or not in time
+        commit = ""
+    return {
+        "cpu": env.cpu_model(),
+        "isa_tier": isa_tier(env.cpu_features()),
+        "cpus": os.cpu_count(),
+        "commit": commit or None,
     }
 
 
@@ -870,17 +908,25 @@ def _profile_table(profile: str) -> dict:
 
 def format_summary(rows: list[dict]) -> str:
     """The rows as a Markdown table: wall minutes and the peaks of the kernel, its largest child
-    and the whole tree, in GiB."""
+    and the whole tree, in GiB, each with its anonymous part in brackets (``-`` where a row was
+    recorded without it), and the CPU that ran it."""
     lines = [
-        "| notebook | status | wall min | kernel GiB | largest child GiB | tree GiB | children |",
-        "|---|---|---:|---:|---:|---:|---:|",
+        "| notebook | status | wall min | kernel GiB (anonymous) | largest child GiB (anonymous) "
+        "| tree GiB (anonymous) | children | CPU (ISA tier), cores |",
+        "|---|---|---:|---:|---:|---:|---:|---|",
     ]
     for r in rows:
+        cpu = f"{r.get('cpu', '?')} ({r.get('isa_tier', '?')}), {r.get('cpus', '?')}"
         lines.append(
-            f"| {r['notebook']} | {r['status']} | {r['wall_min']:.1f} | {r['kernel_peak_gib']:.2f} | "
-            f"{r['largest_child_peak_gib']:.2f} | {r['tree_peak_gib']:.2f} | {r['children']} |"
+            f"| {r['notebook']} | {r['status']} | {r['wall_min']:.1f} | {_peak(r, 'kernel')} | "
+            f"{_peak(r, 'largest_child')} | {_peak(r, 'tree')} | {r['children']} | {cpu} |"
         )
     return "\n".join(lines)
+
+
+def _peak(row: dict, part: str) -> str:
+    anon = row.get(f"{part}_anon_gib")
+    return f"{row[f'{part}_peak_gib']:.2f} ({'-' if anon is None else f'{anon:.2f}'})"
 
 
 def write_summary(build_dir: Path, profile: str, rows: list[dict]) -> Path:

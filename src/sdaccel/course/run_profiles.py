@@ -379,7 +379,12 @@ def describe_devices(environ=None) -> str:
     flags = re.search(r"--xla_force_host_platform_device_count=(\d+)", environ.get("XLA_FLAGS", ""))
     platforms = environ.get("JAX_PLATFORMS", "")
     if platforms == "cpu":
-        jax_devices = f"JAX on the CPU with {flags.group(1) if flags else 1} simulated device(s)"
+        # without the flag JAX's CPU is one device, until a notebook asks for simulated ones (00 does)
+        jax_devices = (
+            f"JAX on the CPU with {flags.group(1)} simulated device(s)"
+            if flags
+            else "JAX on the CPU, one device unless the notebook simulates more"
+        )
     elif os.path.exists("/dev/accel0") or os.path.exists("/dev/vfio/0"):
         jax_devices = "JAX on this VM's TPU chips (one process at a time can hold them)"
     else:
