@@ -145,6 +145,7 @@ from sdaccel.cpu.benchmark import (
     choose_precision_child,
     choose_unet_precision,
     compose_stack,
+    describe_machine,
     export_deepcache_shallow,
     export_ir,
     export_random_component,
@@ -1111,7 +1112,7 @@ def main(argv=None) -> dict:
             if key in previous:
                 results[key] = previous[key]
         results["runs"] = [*previous.get("runs", [previous["settings"]]), settings]
-    print(json.dumps(results["machine"]), flush=True)
+    print("machine:", describe_machine(results["machine"]), flush=True)
     out.parent.mkdir(parents=True, exist_ok=True)
     if args.quality:
         quality = results.setdefault("quality", {})

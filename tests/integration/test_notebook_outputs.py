@@ -82,6 +82,14 @@ def test_noise_is_found_and_named_by_cell():
     problems = noisy_outputs(nb)
     assert [p.split(":")[0] for p in problems] == ["cell 1", "cell 2", "cell 3"]
     assert "stderr" in problems[0] and "control codes" in problems[1] and "warning" in problems[2]
+    dumps = notebook(
+        code("print(machine)", stream("stdout", '{"cpu": "AMD EPYC", "cores": 2, "avx2": true}\n')),
+        code("print(config)", stream("stdout", "{'hidden_size': 768, 'layers': 12, 'heads': 12}\n")),
+        code("print(p)", stream("stdout", "precision -> {'unet': 'f32', 'vae': 'f32', 'text': 'f32'}\n")),
+        code("print(s)", stream("stdout", "{'a': 1}\n{not a dict}\n")),
+    )
+    assert [p.split(":")[0] for p in noisy_outputs(dumps)] == ["cell 0", "cell 1"]
+    assert all("raw dict or JSON dump" in p for p in noisy_outputs(dumps))
     colours = "\x1b[38;2;255;255;255;48;2;57;59;121m CPU 0 \x1b[0m\n"  # visualize_array_sharding
     assert noisy_outputs(notebook(code("show()", stream("stdout", colours)))) == []
     assert (

@@ -115,7 +115,7 @@ def noisy_outputs(nb: dict) -> list[str]:
     """Outputs of an executed notebook (as JSON) that a reader would have to ignore: standard error
     outside :data:`ALLOWED_STDERR`, terminal control codes (live progress bars), warning text,
     frozen progress bars (:func:`frozen_bars`), the finished bars of a library's loading step
-    (:data:`LOADING_BARS`), and saved widget state (:func:`saved_widget_state`: without a widget
+    (:data:`LOADING_BARS`), raw dicts and JSON (:func:`raw_dumps`), and saved widget state (:func:`saved_widget_state`: without a widget
     manager it reads "Loading widget..."; the runner replaces it by text). One line each."""
     problems = saved_widget_state(nb)
     for i, cell in enumerate(nb.get("cells", [])):
@@ -140,7 +140,33 @@ def noisy_outputs(nb: dict) -> list[str]:
                     f"cell {i}: a library's loading bar {line[:120]!r}: load under sdaccel.cpu.export."
                     "no_loading_bars(), or call the library's logging.disable_progress_bar() first"
                 )
+            elif dumps := raw_dumps(text):
+                problems.append(
+                    f"cell {i}: a raw dict or JSON dump {dumps[0][:120]!r}: print it as a sentence or a table"
+                )
     return problems
+
+
+def raw_dumps(text: str) -> list[str]:
+    """Lines of ``text`` that are a whole dict of three or more keys, as JSON or as Python prints
+    it: data a reader has to parse. A labelled value (``precision -> {'unet': 'f32'}``) is not one."""
+    import ast
+
+    found = []
+    for line in text.splitlines():
+        line = line.strip()
+        if len(line) < 2 or line[0] != "{" or line[-1] != "}":
+            continue
+        try:
+            value = json.loads(line)
+        except ValueError:
+            try:
+                value = ast.literal_eval(line)
+            except (ValueError, SyntaxError, MemoryError, RecursionError):
+                continue
+        if isinstance(value, dict) and len(value) >= 3:
+            found.append(line)
+    return found
 
 
 def cell_text(cell: dict, kinds: tuple[str, ...]) -> str:
@@ -884,13 +910,18 @@ def summary_row(run: Run, profile: str, status: str) -> dict:
 
 def machine_row() -> dict:
     """What ran a notebook: the CPU's model and ISA tier (every CPU time is named by them), its
-    cores, and the commit of this repository (``None`` outside a git checkout)."""
+    cores, and the commit of this repository (``-dirty`` after it where files had changed since;
+    ``None`` outside a git checkout)."""
     from sdaccel.core import env
     from sdaccel.cpu.families import isa_tier
 
     try:
         commit = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True, timeout=10
+            ["git", "describe", "--always", "--dirty", "--abbrev=7"],  # "-dirty": with changes not committed
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=10,
         ).stdout.strip()
     except (OSError, subprocess.SubprocessError):  # no git, or not in time
         commit = ""

@@ -50,7 +50,7 @@ PyTorch). Import the module you need, e.g. ``from sdaccel.cpu.export import expo
 
 ## Measuring
 - :mod:`benchmark`: ``MODELS``, ``unet_inputs``, ``export_ir``, ``time_openvino``, ``time_torch``,
-  ``time_lever``, ``time_tome``, ``run_child``, ``summarize_run``, ``machine_info``,
+  ``time_lever``, ``time_tome``, ``run_child``, ``summarize_run``, ``machine_info``, ``describe_machine``,
   ``add_speedups``, ``add_whole_image``, ``compose_stack``, ``results_table`` (what
   ``benchmarks/bench_openvino.py`` runs)
 - :mod:`families`: ``reference``, ``family_of``, ``reference_table``, ``markdown``, ``isa_tier``,

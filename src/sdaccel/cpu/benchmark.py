@@ -19,7 +19,7 @@ A *model* is a real architecture of :data:`MODELS` (``"sd15"``, ``"sdxl"``: the 
 :func:`choose_precision_child`, :func:`quantize_vae_child`, :func:`quality_levers`.
 
 ## Running children, and the results
-:func:`machine_info`, :func:`free_gb`, :func:`wait_for_memory`, :func:`run_child`,
+:func:`machine_info`, :func:`describe_machine`, :func:`free_gb`, :func:`wait_for_memory`, :func:`run_child`,
 :func:`summarize_run`, :func:`add_speedups`, :func:`add_whole_image`, :func:`time_wall_and_cpu`.
 
 ## The results as a text table
@@ -531,6 +531,19 @@ def machine_info() -> dict:
         "torch": torch.__version__,
         "python": platform.python_version(),
     }
+
+
+def describe_machine(machine: dict) -> str:
+    """:func:`machine_info` as one line a reader takes in: the CPU and its ISA tier, cores, memory
+    and the versions that ran (the JSON keeps every field)."""
+    from sdaccel.cpu.families import isa_tier
+
+    return (
+        f"{machine['cpu']}, {isa_tier(machine['cpu_flags'])}, {machine['logical_cores']} logical cores "
+        f"({machine['physical_cores']} physical), {machine['memory_gb']} GiB; OpenVINO "
+        f"{machine['openvino'].split('-')[0]}, NNCF {machine['nncf']}, PyTorch {machine['torch']}, "
+        f"Python {machine['python']}"
+    )
 
 
 def free_gb() -> float:
