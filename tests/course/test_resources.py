@@ -72,3 +72,29 @@ def test_disk_shortfall_measures_the_nearest_existing_folder(tmp_path):
     assert (
         resources.disk_shortfall(tmp_path / "missing", 1).free_bytes > 0
     )  # the real disk of the nearest folder
+
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_the_rehearsals_measurements_are_the_readmes_and_within_the_doctors_needs():
+    """The README's rehearsal table is the committed run's rows as the runner prints them, and
+    each notebook's memory need (what the doctor checks) covers what its rehearsal measured: the
+    anonymous peak of the whole tree, or where a run did not record it, the largest child's RSS (a
+    kernel's RSS counts mapped weights once per mapping, so it can exceed the machine)."""
+    import json
+
+    from sdaccel.course.run_notebooks import format_summary
+
+    data = json.loads((REPO / "benchmarks" / "results" / "rehearsal.json").read_text())
+    rows = list(data["notebooks"].values())
+    assert data["profile"] == "rehearsal" and rows
+    assert format_summary(rows) in (REPO / "README.md").read_text()
+    for row in rows:
+        assert row["cpu"] and row["isa_tier"] and row["commit"], (
+            f"{row['notebook']}: which machine and code ran it"
+        )
+        need = resources.NOTEBOOKS[row["notebook"][:2]].needs("rehearsal").ram_gib
+        anon = row.get("tree_anon_gib")
+        measured = anon if anon is not None else row["largest_child_peak_gib"]
+        assert measured <= need, f"{row['notebook']}: {measured} GiB measured, the doctor asks for {need}"
