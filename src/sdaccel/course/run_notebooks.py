@@ -862,8 +862,8 @@ class MemoryWatch:
                 peaks.largest_child_anon_bytes = max(peaks.largest_child_anon_bytes, anon)
         peaks.tree_bytes = max(peaks.tree_bytes, tree)
         peaks.tree_anon_bytes = max(peaks.tree_anon_bytes, tree_anon)
-        self.peaks.children = len(self._seen)
-        self.peaks.samples += 1
+        peaks.children = len(self._seen)
+        peaks.samples += 1
 
     def _loop(self) -> None:
         while not self._stop.wait(self.interval):
