@@ -87,8 +87,11 @@ DeepCache (the merged UNet on full steps, DeepCache's shallow UNet merged alike 
 weights stored fp16, traced at ``--latent``) are timed side by side, interleaved over
 ``--lever-rounds`` rounds, and each stack's step composed from them
 (``sdaccel.cpu.benchmark.compose_stack``; a DeepCache step averages ``(t_full + (N - 1) t_shallow) / N``).
-Its quality cost: ``python -m sdaccel.toy.stack_quality checkpoints/tiny-shapes-sd15 --levers static
-tome deepcache``.
+``--stack-int8 VARIANT`` adds INT8 alone and with DeepCache: the UNet quantized by that variant's
+recipe and DeepCache's shallow UNet quantized alike, timed beside the four (not merged: merging on
+top of INT8 cost the trained toy its adherence). Its quality cost: ``python -m
+sdaccel.toy.stack_quality checkpoints/tiny-shapes-sd15 --levers static tome deepcache`` (and
+``--levers static int8 deepcache`` for the INT8 rows).
 
 Lever ``vae_int8``: the VAE decoder (batch 1, ``8 x --latent`` pixels square) in PyTorch fp32 (when
 the run has a ``torch_fp32`` row), as an IR in the best float, and quantized by each recipe of
@@ -444,8 +447,10 @@ def bench_model(model: str, args, previous: dict | None = None) -> dict:
     return result
 
 
-def _quantize_unet(model, variant, xml, source, calibration, smooth_quant, args, work, result) -> bool:
-    """Quantize (or, with ``--reuse``, reuse) the INT8 UNet of ``variant`` at ``xml``; whether it is there."""
+def recipe_knobs(variant: str, smooth_quant: bool, args) -> tuple[str, dict]:
+    """The recipe of ``sdaccel.cpu.quantize`` that ``variant`` runs and its keyword arguments
+    (SmoothQuant, bias correction and, for a variant of :data:`FLOAT_GROUPS`, the layers kept in
+    float): one rule for the UNet and for DeepCache's shallow UNet in lever ``stack``."""
     recipe, float_group = FLOAT_GROUPS.get(variant, (variant, None))
     knobs = {}
     if recipe == "full_int8" and not smooth_quant:
@@ -454,6 +459,13 @@ def _quantize_unet(model, variant, xml, source, calibration, smooth_quant, args,
         knobs["bias_correction"] = False
     if float_group is not None:
         knobs["ignored"] = [*SENSITIVE_LAYER_PATTERNS, float_group]
+    return recipe, knobs
+
+
+def _quantize_unet(model, variant, xml, source, calibration, smooth_quant, args, work, result) -> bool:
+    """Quantize (or, with ``--reuse``, reuse) the INT8 UNet of ``variant`` at ``xml``; whether it is there."""
+    recipe, knobs = recipe_knobs(variant, smooth_quant, args)
+    float_group = FLOAT_GROUPS.get(variant, (variant, None))[1]
     if args.reuse and xml.is_file():  # keep what an earlier run measured
         result["quantization"].setdefault(variant, {"ok": True})["reused"] = str(xml.resolve())
         return True
@@ -852,6 +864,12 @@ def bench_stack(model: str, args, work: Path, spec: dict, result: dict, source: 
         if not run.ok:
             return {**out, "ok": False, "error": f"export of {what} failed: {run.error}"}
     cached = {"cached": cached_shape(unet_config(model), args.batch, args.latent, args.latent)}
+    if args.stack_int8:
+        int8 = stack_int8_irs(model, args, work, result, source, irs["shallow"], cached)
+        if "error" in int8:
+            return {**out, "ok": False, "error": int8["error"]}
+        out["int8"] = {"recipe": args.stack_int8, **int8["record"]}
+        irs |= int8["irs"]
     irs = {role: str(xml) for role, xml in irs.items()}
     out.update(time_side_by_side("stack", irs, {**spec, "extra": cached}, precision, args))
     if out["ok"]:
@@ -861,6 +879,47 @@ def bench_stack(model: str, args, work: Path, spec: dict, result: dict, source: 
         )
         print("\n".join(stack_lines(label(model), out)[1:]), flush=True)
     return out
+
+
+def stack_int8_irs(
+    model: str, args, work: Path, result: dict, source: Path, shallow: Path, cached: dict
+) -> dict:
+    """Lever ``stack`` with ``--stack-int8 VARIANT``: the UNet quantized by that variant's recipe
+    (the variant's own IR, quantized here unless a run made it) and DeepCache's shallow UNet
+    quantized by the same recipe, on synthetic inputs with the cached feature. ``{"irs": {"int8":
+    ..., "int8 shallow": ...}, "record": ...}``, or ``{"error": ...}``."""
+    variant = args.stack_int8
+    recipe, knobs = recipe_knobs(variant, result.get("smooth_quant", True), args)
+    full = work / f"unet_{variant}.xml"
+    if not full.is_file():
+        calibration = work / "calibration"
+        synthetic_calibration(str(calibration), model, args.batch, args.latent, args.calib_samples)
+        smooth = result.get("smooth_quant", True)
+        if not _quantize_unet(model, variant, full, source, calibration, smooth, args, work, result):
+            return {"error": f"quantizing the UNet ({variant}) failed: {result['quantization'][variant]}"}
+    quantized = work / f"unet_shallow_{variant}.xml"
+    record = {"kept_in_float": knobs.get("ignored")}
+    if not (args.reuse and quantized.is_file()):
+        calibration = work / "calibration_shallow"
+        synthetic_calibration(
+            str(calibration), model, args.batch, args.latent, args.calib_samples, extra=cached
+        )
+        run = run_child(
+            f"stack: quantize the shallow UNet ({variant})",
+            quantize_ir,
+            str(shallow),
+            str(quantized),
+            recipe,
+            str(calibration),
+            args.calib_samples,
+            limit_gb=args.quant_memory_limit_gb,
+            min_free_gb=args.min_free_gb,
+            **knobs,
+        )
+        record["quantize_shallow"] = summarize_run(run)
+        if not run.ok:
+            return {"error": f"quantizing the shallow UNet ({variant}) failed: {run.error}"}
+    return {"irs": {"int8": full, "int8 shallow": quantized}, "record": record}
 
 
 def time_side_by_side(lever: str, irs: dict[str, str], spec: dict, precision: str, args) -> dict:
@@ -1031,6 +1090,13 @@ def parse_args(argv=None):
     parser.add_argument("--deepcache-intervals", nargs="+", type=int, default=[2, 3, 5])
     parser.add_argument(
         "--stack-ratio", type=float, default=0.5, help="lever stack: the token-merging ratio of its stacks"
+    )
+    parser.add_argument(
+        "--stack-int8",
+        choices=[v for v in INT8 if v != "int8_weights"],
+        default=None,
+        help="lever stack: also time INT8 by this recipe, alone and with DeepCache (its shallow UNet "
+        "quantized alike); INT8 and token merging are not stacked (merging on INT8 cost the toy picture)",
     )
     parser.add_argument(
         "--no-deepcache-int8", action="store_true", help="time DeepCache's shallow UNet in float only"

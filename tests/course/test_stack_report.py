@@ -5,6 +5,8 @@ stack within the bound."""
 import json
 from pathlib import Path
 
+import pytest
+
 from sdaccel.course import stack_report
 
 REPO = Path(__file__).resolve().parents[2]
@@ -56,3 +58,72 @@ def test_the_table_shows_every_stack_and_dashes_where_untimed():
     assert len(lines) == 2 + len(rows)
     assert lines[2] == "| f32 | 0.958 | - | yes | - | - | - |"
     assert lines[6] == "| + DeepCache N=2 | 0.958 | 36.5 | yes | 12.09 | 1.68 | 2.10 |"
+
+
+def _run(flags: dict) -> dict:
+    return {"machine": {"cpu_flags": flags}, "models": {}}
+
+
+def test_the_reference_run_is_the_one_measured_on_the_readers_isa_tier(tmp_path):
+    avx2 = {"avx2": True}
+    amx = {"avx2": True, "avx512f": True, "avx512_bf16": True, "amx_tile": True, "amx_bf16": True}
+    (tmp_path / "stack_sd15_a_avx2.json").write_text(json.dumps(_run(avx2)))
+    (tmp_path / "stack_sd15_b_amx.json").write_text(json.dumps(_run(amx)))
+    (tmp_path / "stack_tiny-shapes-sd15.json").write_text("not a speed run")
+    assert stack_report.reference_run(tmp_path, amx)[0].name == "stack_sd15_b_amx.json"
+    assert stack_report.reference_run(tmp_path, avx2)[0].name == "stack_sd15_a_avx2.json"
+    # a tier no run was measured on: the first by name, which names its own CPU
+    path, run = stack_report.reference_run(tmp_path, {"avx2": True, "avx512f": True})
+    assert path.name == "stack_sd15_a_avx2.json" and run["machine"]["cpu_flags"] == avx2
+    with pytest.raises(FileNotFoundError, match="no stack_sd15_"):
+        stack_report.reference_run(tmp_path / "missing", avx2)
+
+
+def test_the_repositorys_reference_runs_each_time_the_stack():
+    for path in sorted((REPO / "benchmarks/results").glob(stack_report.REFERENCE_PATTERN)):
+        stack = json.loads(path.read_text())["models"]["sd15"]["levers"]["stack"]
+        assert stack["ok"] and "+ token merging 0.5 + DeepCache N=2" in stack["rows"], path.name
+
+
+def test_runs_of_several_chains_join_into_one_table_named_by_levers():
+    float_run = {"settings": {"num_prompts": 48}, "rows": QUALITY["rows"]}
+    int8_run = {
+        "settings": {"num_prompts": 48},
+        "rows": {
+            "f32": _row([], 0.5, True),  # the first run's row of the same levers is kept
+            "+ DeepCache N=2": _row(["static shapes", "INT8", "DeepCache N=2"], 0.969, True, 39.1),
+        },
+    }
+    rows = stack_report.join_runs([float_run, int8_run], ROWS)
+    assert list(rows) == [
+        "f32",
+        "static shapes",
+        "static shapes + INT8",
+        "static shapes + token merging 0.5",
+        "static shapes + token merging 0.5 + DeepCache N=2",
+        "static shapes + token merging 0.5 + DeepCache N=3",
+        "static shapes + INT8 + DeepCache N=2",
+    ]
+    assert rows["f32"]["adherence"] == 0.958
+    # the AVX2 run timed no INT8 stack
+    assert rows["static shapes + INT8 + DeepCache N=2"]["cpu_s_per_step"] is None
+    with pytest.raises(ValueError, match=r"different numbers of prompts \(\[48, 96\]\)"):
+        stack_report.join_runs([float_run, {**int8_run, "settings": {"num_prompts": 96}}], ROWS)
+
+
+AMX_QUALITY = (
+    "stack_float_96_tiny-shapes-sd15.json",
+    "stack_int8_deepcache_tiny-shapes-sd15.json",
+    "stack_int8_deepcache_n3_tiny-shapes-sd15.json",
+)
+
+
+def test_the_readmes_amx_stack_table_is_the_committed_runs_joined():
+    results = REPO / "benchmarks/results"
+    speed = json.loads((results / "stack_sd15_xeon_amx.json").read_text())
+    qualities = [json.loads((results / name).read_text()) for name in AMX_QUALITY]
+    rows = stack_report.join_runs(qualities, speed["models"]["sd15"]["levers"]["stack"]["rows"])
+    assert stack_report.markdown(rows, 96, 0.02) in (REPO / "README.md").read_text()
+    assert speed["machine"]["amx"] and speed["models"]["sd15"]["levers"]["stack"]["precision_asked"] == "bf16"
+    best = stack_report.fastest(rows)
+    assert f"**The fastest stack within 2 adherence points here is {best}" in (REPO / "README.md").read_text()

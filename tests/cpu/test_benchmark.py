@@ -152,6 +152,19 @@ def test_the_stack_composes_each_step_from_the_unets_timed_side_by_side():
         B.compose_stack({k: v for k, v in STACK_ARMS.items() if k != "merged shallow"}, 0.5, [2])
 
 
+def test_the_stack_adds_int8_alone_and_with_deepcache_when_both_int8_arms_were_timed():
+    arms = {**STACK_ARMS, "int8": _arm(2.0, 5.0), "int8 shallow": _arm(1.0, 3.0)}
+    rows = B.compose_stack(arms, 0.5, [2, 3])
+    assert list(rows)[-3:] == ["+ INT8", "+ INT8 + DeepCache N=2", "+ INT8 + DeepCache N=3"]
+    assert rows["+ INT8"]["levers"] == ["static shapes", "INT8"]
+    assert rows["+ INT8"]["cpu_x_best_float"] == 8.0 / 5.0
+    assert rows["+ INT8 + DeepCache N=3"]["levers"] == ["static shapes", "INT8", "DeepCache N=3"]
+    assert rows["+ INT8 + DeepCache N=3"]["cpu_s_per_step"] == (5.0 + 2 * 3.0) / 3
+    assert not any("INT8" in name for name in B.compose_stack(STACK_ARMS, 0.5, [2]))
+    with pytest.raises(ValueError, match=r"need the arms \['int8', 'int8 shallow'\]; got only \['int8'\]"):
+        B.compose_stack({**STACK_ARMS, "int8": _arm(2.0, 5.0)}, 0.5, [2])
+
+
 def test_the_stack_has_its_lines_in_the_table():
     rows = B.compose_stack(STACK_ARMS, 0.5, [2])
     stack = {"ok": True, "precision_asked": "f32", "rounds": 2, "latent": 64, "rows": rows}

@@ -64,7 +64,9 @@ a name from its module, as the notebooks do: ``from sdaccel.course.run_profiles 
   key :func:`~sdaccel.course.whole_image_rows.recipe_key`.
 - :mod:`~sdaccel.course.stack_report` (notebook 06): :func:`~sdaccel.course.stack_report.join`,
   :func:`~sdaccel.course.stack_report.fastest`, :func:`~sdaccel.course.stack_report.markdown`: each
-  stack of levers with its adherence on the trained toy beside its seconds per step on a real UNet.
+  stack of levers with its adherence on the trained toy beside its seconds per step on a real UNet;
+  :func:`~sdaccel.course.stack_report.join_runs`: several chains of levers in one table;
+  :func:`~sdaccel.course.stack_report.reference_run`: the repository's measured run on the reader's ISA tier.
 - :mod:`~sdaccel.course.few_steps` (notebook 07): :func:`~sdaccel.course.few_steps.time_images`,
   :func:`~sdaccel.course.few_steps.speed_rows`, :func:`~sdaccel.course.few_steps.format_speed`,
   :func:`~sdaccel.course.few_steps.lever_costs`, :func:`~sdaccel.course.few_steps.format_costs`,

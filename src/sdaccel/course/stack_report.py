@@ -8,9 +8,28 @@ The toy's own seconds are not used: a 1 M-parameter UNet's call is mostly fixed 
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
+from pathlib import Path
 
 from sdaccel.core.tables import markdown_table
+from sdaccel.cpu.families import isa_tier
+
+#: The repository's measured runs of lever ``stack`` on the real SD 1.5 UNet, one per CPU.
+REFERENCE_PATTERN = "stack_sd15_*.json"
+
+
+def reference_run(folder: Path, cpu_flags: Mapping) -> tuple[Path, dict]:
+    """The repository's run of lever ``stack`` (a :data:`REFERENCE_PATTERN` file of ``folder``)
+    measured on the ISA tier of ``cpu_flags`` (:func:`sdaccel.cpu.families.isa_tier`), the
+    reader's CPU; where none was, the first by name. Its path and its JSON."""
+    runs = {path: json.loads(path.read_text()) for path in sorted(Path(folder).glob(REFERENCE_PATTERN))}
+    if not runs:
+        raise FileNotFoundError(f"no {REFERENCE_PATTERN} in {folder}: the repository's benchmarks/results.")
+    tier = isa_tier(cpu_flags)
+    same = [path for path, run in runs.items() if isa_tier(run["machine"]["cpu_flags"]) == tier]
+    path = (same or list(runs))[0]
+    return path, runs[path]
 
 
 def join(quality: Mapping, speed: Mapping | None) -> dict[str, dict]:
@@ -33,6 +52,23 @@ def join(quality: Mapping, speed: Mapping | None) -> dict[str, dict]:
                 for key in ("s_per_step", "cpu_s_per_step", "cpu_x_best_float", "cpu_x_torch_fp32")
             },
         }
+    return out
+
+
+def join_runs(qualities, speed: Mapping | None) -> dict[str, dict]:
+    """:func:`join` over several ``stack_quality.measure`` results (chains of levers measured
+    apart, e.g. the float stack and INT8 with DeepCache), each row named by its levers
+    (``"static shapes + INT8 + DeepCache N=3"``; ``"f32"`` for none). Where two runs have a row of
+    the same levers, the first run's is kept. The runs must judge the same number of prompts."""
+    counts = {quality["settings"]["num_prompts"] for quality in qualities}
+    if len(counts) > 1:
+        raise ValueError(
+            f"the stack runs judge different numbers of prompts ({sorted(counts)}): not comparable."
+        )
+    out: dict[str, dict] = {}
+    for quality in qualities:
+        for row in join(quality, speed).values():
+            out.setdefault(" + ".join(row["levers"]) or "f32", row)
     return out
 
 

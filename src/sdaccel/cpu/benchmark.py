@@ -829,6 +829,9 @@ def tome_lines(model: str, tome: dict | None) -> list[str]:
 
 #: The four UNets that lever ``stack`` times (:func:`compose_stack`'s arms), by role.
 STACK_ARMS = ("full", "shallow", "merged", "merged shallow")
+#: The INT8 arms that lever ``stack`` times as well when asked (``--stack-int8``): the UNet and
+#: DeepCache's shallow UNet quantized by one recipe.
+STACK_INT8_ARMS = ("int8", "int8 shallow")
 
 
 def compose_stack(arms: dict, ratio: float, intervals, torch_fp32: dict | None = None) -> dict:
@@ -836,6 +839,8 @@ def compose_stack(arms: dict, ratio: float, intervals, torch_fp32: dict | None =
     timed side by side (``arms``: ``time_tome``'s rows by role): the UNet; DeepCache at each of
     ``intervals`` N, a step averaging ``(t_full + (N - 1) t_shallow) / N``; token merging at
     ``ratio``; and both, the merged UNet on full steps and the merged shallow UNet between them.
+    Where ``arms`` has both of :data:`STACK_INT8_ARMS`, also INT8 alone and with DeepCache at each
+    interval (not with merging: on the trained toy, merging on top of INT8 cost the picture).
     Each row names its ``levers`` as :mod:`sdaccel.toy.stack_quality`'s rows do.
     The full step of DeepCache is timed as the plain UNet (the same layers; DeepCache's full IR
     only returns one more tensor). Each row: wall and CPU seconds per step, ``x_best_float`` by
@@ -859,6 +864,15 @@ def compose_stack(arms: dict, ratio: float, intervals, torch_fp32: dict | None =
         f"+ {merge} + DeepCache N={n}": (step("merged", "merged shallow", n), [merge, f"DeepCache N={n}"])
         for n in intervals
     }
+    int8 = [role for role in STACK_INT8_ARMS if role in arms]
+    if int8 and len(int8) < len(STACK_INT8_ARMS):
+        raise ValueError(f"the INT8 stacks need the arms {list(STACK_INT8_ARMS)}; got only {int8}.")
+    if int8:
+        rows["+ INT8"] = (step("int8", "int8 shallow", 1), ["INT8"])
+        rows |= {
+            f"+ INT8 + DeepCache N={n}": (step("int8", "int8 shallow", n), ["INT8", f"DeepCache N={n}"])
+            for n in intervals
+        }
     base = rows["static shapes"][0]
     out = {}
     for name, (row, levers) in rows.items():
