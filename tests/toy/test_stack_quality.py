@@ -53,8 +53,10 @@ def test_every_stack_is_judged_against_f32_on_the_same_prompts(result):
     rows = result["rows"]
     assert all(row["adherence"]["n"] == PROMPTS for row in rows.values())
     assert "psnr_mean" not in rows["f32"] and rows["f32"]["x_f32"] == 1.0
-    # static shapes change no arithmetic: the same pixels, within float rounding
-    assert rows["+ static shapes"]["psnr_mean"] > 60, rows["+ static shapes"]
+    # static shapes change no arithmetic: the same pixels, within float rounding (psnr_mean None:
+    # every pair identical, as on CPUs whose kernels run both shapes alike, e.g. a Xeon with AMX)
+    static = rows["+ static shapes"]["psnr_mean"]
+    assert static is None or static > 60, rows["+ static shapes"]
     # INT8 and token merging change the pixels, but not into noise
     for name in list(rows)[2:]:
         assert 15 < rows[name]["psnr_mean"] < 60 and rows[name]["ssim_mean"] > 0.3, (name, rows[name])
