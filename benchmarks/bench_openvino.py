@@ -465,7 +465,6 @@ def recipe_knobs(variant: str, smooth_quant: bool, args) -> tuple[str, dict]:
 def _quantize_unet(model, variant, xml, source, calibration, smooth_quant, args, work, result) -> bool:
     """Quantize (or, with ``--reuse``, reuse) the INT8 UNet of ``variant`` at ``xml``; whether it is there."""
     recipe, knobs = recipe_knobs(variant, smooth_quant, args)
-    float_group = FLOAT_GROUPS.get(variant, (variant, None))[1]
     if args.reuse and xml.is_file():  # keep what an earlier run measured
         result["quantization"].setdefault(variant, {"ok": True})["reused"] = str(xml.resolve())
         return True
@@ -477,7 +476,7 @@ def _quantize_unet(model, variant, xml, source, calibration, smooth_quant, args,
     if recipe == "full_int8":
         extra["smooth_quant"] = knobs.get("smooth_quant_alpha", 0.95) is not None
         extra["bias_correction"] = knobs.get("bias_correction", True)
-    if float_group is not None:
+    if "ignored" in knobs:
         extra["kept_in_float"] = knobs["ignored"]
     budget = args.quant_max_memory_gb
     if budget is None:
@@ -889,37 +888,63 @@ def stack_int8_irs(
     quantized by the same recipe, on synthetic inputs with the cached feature. ``{"irs": {"int8":
     ..., "int8 shallow": ...}, "record": ...}``, or ``{"error": ...}``."""
     variant = args.stack_int8
-    recipe, knobs = recipe_knobs(variant, result.get("smooth_quant", True), args)
+    smooth = result.get("smooth_quant", True)
+    recipe, knobs = recipe_knobs(variant, smooth, args)
     full = work / f"unet_{variant}.xml"
     if not full.is_file():
         calibration = work / "calibration"
         synthetic_calibration(str(calibration), model, args.batch, args.latent, args.calib_samples)
-        smooth = result.get("smooth_quant", True)
         if not _quantize_unet(model, variant, full, source, calibration, smooth, args, work, result):
             return {"error": f"quantizing the UNet ({variant}) failed: {result['quantization'][variant]}"}
     quantized = work / f"unet_shallow_{variant}.xml"
     record = {"kept_in_float": knobs.get("ignored")}
     if not (args.reuse and quantized.is_file()):
-        calibration = work / "calibration_shallow"
-        synthetic_calibration(
-            str(calibration), model, args.batch, args.latent, args.calib_samples, extra=cached
-        )
-        run = run_child(
+        run = quantize_shallow(
             f"stack: quantize the shallow UNet ({variant})",
-            quantize_ir,
-            str(shallow),
-            str(quantized),
+            model,
+            args,
+            work,
+            shallow,
+            quantized,
             recipe,
-            str(calibration),
-            args.calib_samples,
-            limit_gb=args.quant_memory_limit_gb,
-            min_free_gb=args.min_free_gb,
+            cached,
             **knobs,
         )
         record["quantize_shallow"] = summarize_run(run)
         if not run.ok:
             return {"error": f"quantizing the shallow UNet ({variant}) failed: {run.error}"}
     return {"irs": {"int8": full, "int8 shallow": quantized}, "record": record}
+
+
+def quantize_shallow(
+    label: str,
+    model: str,
+    args,
+    work: Path,
+    shallow: Path,
+    quantized: Path,
+    recipe: str,
+    cached: dict,
+    **knobs,
+):
+    """DeepCache's shallow UNet ``shallow`` quantized by ``recipe`` (with ``knobs``) into
+    ``quantized`` in a watched child, calibrated on ``--calib-samples`` synthetic inputs that carry
+    the cached feature ``cached`` (written to ``work``/calibration_shallow): ``run_child``'s record.
+    Levers ``deepcache`` and ``stack`` both quantize the shallow UNet through it."""
+    calibration = work / "calibration_shallow"
+    synthetic_calibration(str(calibration), model, args.batch, args.latent, args.calib_samples, extra=cached)
+    return run_child(
+        label,
+        quantize_ir,
+        str(shallow),
+        str(quantized),
+        recipe,
+        str(calibration),
+        args.calib_samples,
+        limit_gb=args.quant_memory_limit_gb,
+        min_free_gb=args.min_free_gb,
+        **knobs,
+    )
 
 
 def time_side_by_side(lever: str, irs: dict[str, str], spec: dict, precision: str, args) -> dict:
@@ -969,20 +994,15 @@ def bench_deepcache(model: str, args, work: Path, spec: dict, result: dict) -> d
     elif args.reuse and quantized.is_file():
         targets["full_int8"] = quantized
     elif "full_int8" in result["variants"] and result["variants"]["full_int8"].get("ok"):
-        calibration = work / "calibration_shallow"
-        synthetic_calibration(
-            str(calibration), model, args.batch, args.latent, args.calib_samples, extra=cached
-        )
-        q = run_child(
+        q = quantize_shallow(
             "deepcache: quantize the shallow UNet (full_int8)",
-            quantize_ir,
-            str(shallow),
-            str(quantized),
+            model,
+            args,
+            work,
+            shallow,
+            quantized,
             "full_int8",
-            str(calibration),
-            args.calib_samples,
-            limit_gb=args.quant_memory_limit_gb,
-            min_free_gb=free,
+            cached,
         )
         if q.ok:
             targets["full_int8"] = quantized
