@@ -178,7 +178,7 @@ def test_a_stale_key_does_not_survive_a_run(tmp_path):
 
 #: A notebook whose kernel holds about 150 MB and starts a child that holds about 300 MB.
 MEMORY_CELLS = [
-    "kernel_block = bytearray(150 * 2**20)",
+    "kernel_block = bytearray(150 * 2**20)\nimport time\ntime.sleep(1.5)  # long enough to be sampled",
     "import subprocess, sys\n"
     "subprocess.run([sys.executable, '-c', 'import time; b = bytearray(300 * 2**20); time.sleep(2)'], check=True)",
 ]
@@ -199,8 +199,13 @@ def test_the_runner_records_wall_time_and_peak_memory(tmp_path, smoke_settings_o
     assert memory.largest_child_bytes >= memory.largest_child_anon_bytes
     assert memory.tree_anon_bytes >= memory.largest_child_anon_bytes
     assert run.seconds > 2
+    # the cell that started the 300 MB child is named first, by its "In [n]" and first line of code
+    top = run.cells[0]
+    assert (top["cell"], top["line"]) == (4, "import subprocess, sys") and top["tree_anon_gib"] > 0.29
+    assert run.cells[1]["cell"] == 3 and run.cells[1]["tree_anon_gib"] < 0.29, run.cells
 
     row = run_notebooks.summary_row(run, "smoke", "ok")
+    assert row["peak_cells"] == run.cells
     assert row["wall_min"] == round(run.seconds / 60, 2) and row["largest_child_peak_gib"] >= 0.29
     assert row["cpu"] == env.cpu_model() and row["isa_tier"] == isa_tier(env.cpu_features())
     path = run_notebooks.write_summary(tmp_path / "build", "smoke", [row])
@@ -212,6 +217,7 @@ def test_the_runner_records_wall_time_and_peak_memory(tmp_path, smoke_settings_o
     table = (path.parent / "summary.md").read_text().splitlines()
     assert table[0].startswith("| notebook | status | wall min | kernel GiB (anonymous) | largest child GiB")
     assert f"| {row['largest_child_peak_gib']:.2f} ({row['largest_child_anon_gib']:.2f}) |" in table[3]
+    assert f"| In [4] ({top['tree_anon_gib']:.2f}) |" in table[3]
     assert table[2].startswith("| 00_other | failed |") and table[3].startswith("| 01_memory | ok |")
 
 

@@ -321,6 +321,8 @@ class Run:
     started: float = 0.0  #: wall-clock time (``time.time()``) when the execution began
     #: peak memory of the kernel and of the processes it started (:class:`MemoryPeaks`, as a dict)
     memory: dict | None = None
+    #: the cells during which the run held the most memory (:func:`cell_peaks`)
+    cells: list[dict] | None = None
 
 
 def discover(notebook_dir: Path = NOTEBOOKS) -> list[Path]:
@@ -475,6 +477,7 @@ class RunFiles:
     had_outputs: bool = False
     finished: bool = False
     memory: dict | None = None  #: the run's peak memory (:class:`MemoryPeaks`), once it has run
+    cells: list[dict] | None = None  #: its cells that held the most memory (:func:`cell_peaks`)
 
     @classmethod
     def of(cls, notebook: Path, profile: str, build_dir: Path) -> RunFiles:
@@ -664,7 +667,7 @@ def execute(
                 print(f"Interrupted: {settled}{again}", file=sys.stderr, flush=True)
             raise
         stop_guard(guard, run)
-    measured = Run(notebook, run.executed, run.output_dir, seconds, started, run.memory)
+    measured = Run(notebook, run.executed, run.output_dir, seconds, started, run.memory, run.cells)
     if error is not None and not run.finished:
         failed = NotebookFailed(
             f"{notebook.name} failed before it ran a cell ({type(error).__name__}: {error}); its earlier "
@@ -745,6 +748,10 @@ def _papermill(
         os.environ.clear()
         os.environ.update(env_backup)
         run.memory = asdict(watch.peaks)
+        try:
+            run.cells = cell_peaks(json.loads(run.working.read_text()), watch.timeline)
+        except (OSError, json.JSONDecodeError):  # no copy written (the kernel did not start)
+            run.cells = None
     return started, time.perf_counter() - start, error
 
 
@@ -822,6 +829,9 @@ class MemoryWatch:
     def __init__(self, run_id: str, interval: float = 0.5):
         self.run_id, self.interval = run_id, interval
         self.peaks = MemoryPeaks()
+        #: ``(time.time(), anonymous bytes of the whole tree)`` at each sample: what :func:`cell_peaks`
+        #: lays over the cells' start and end times
+        self.timeline: list[tuple[float, int]] = []
         self._marked: dict[tuple[int, float], bool] = {}
         self._seen: set[tuple[int, float]] = set()
         self._stop = None
@@ -864,6 +874,7 @@ class MemoryWatch:
         peaks.tree_anon_bytes = max(peaks.tree_anon_bytes, tree_anon)
         peaks.children = len(self._seen)
         peaks.samples += 1
+        self.timeline.append((time.time(), tree_anon))
 
     def _loop(self) -> None:
         while not self._stop.wait(self.interval):
@@ -880,6 +891,44 @@ class MemoryWatch:
     def __exit__(self, *exc) -> None:
         self._stop.set()
         self._thread.join()
+
+
+#: How many cells a summary row names: those during which the run held the most memory.
+PEAK_CELLS = 3
+
+
+def cell_peaks(nb: dict, timeline: list[tuple[float, int]], top: int = PEAK_CELLS) -> list[dict]:
+    """The ``top`` code cells of the executed copy ``nb`` during which the run's processes held the
+    most anonymous memory, the most first: ``{"cell": its execution count (Jupyter's "In [n]"),
+    "line": its first line of code, "tree_anon_gib": the largest sample of :class:`MemoryWatch`'s
+    ``timeline`` between the cell's start and end}``. papermill writes each cell's start and end
+    into its metadata; a cell shorter than the sampling interval may have no sample, and is left
+    out. The peak of a notebook says how much it needs; these say which of its steps to shrink."""
+    from datetime import datetime
+
+    rows = []
+    for cell in nb.get("cells", []):
+        meta = cell.get("metadata", {}).get("papermill", {})
+        if cell.get("cell_type") != "code" or not (meta.get("start_time") and meta.get("end_time")):
+            continue
+        start, end = (datetime.fromisoformat(meta[key]).timestamp() for key in ("start_time", "end_time"))
+        held = [anon for t, anon in timeline if start <= t <= end]
+        if held:
+            rows.append(
+                {
+                    "cell": cell.get("execution_count"),
+                    "line": _first_code_line(cell),
+                    "tree_anon_gib": round(max(held) / 2**30, 2),
+                }
+            )
+    return sorted(rows, key=lambda row: row["tree_anon_gib"], reverse=True)[:top]
+
+
+def _first_code_line(cell: dict, width: int = 60) -> str:
+    source = cell.get("source", "")
+    lines = (source if isinstance(source, str) else "".join(source)).splitlines()
+    code = next((line.strip() for line in lines if line.strip() and not line.lstrip().startswith("#")), "")
+    return code if len(code) <= width else code[: width - 3] + "..."
 
 
 #: The summary of a profile's runs, beside its executed copies: one row per notebook (JSON), and
@@ -903,6 +952,7 @@ def summary_row(run: Run, profile: str, status: str) -> dict:
         "largest_child_anon_gib": round(memory.largest_child_anon_bytes / gib, 2),
         "tree_anon_gib": round(memory.tree_anon_bytes / gib, 2),
         "children": memory.children,
+        "peak_cells": run.cells,
         "overrides": _profile_table(profile).get(run.notebook.stem, {}),  # as written ({repo}, {checkpoints})
         **machine_row(),  # per row: a profile's rows may come from runs on different machines
     }
@@ -940,19 +990,25 @@ def _profile_table(profile: str) -> dict:
 def format_summary(rows: list[dict]) -> str:
     """The rows as a Markdown table: wall minutes and the peaks of the kernel, its largest child
     and the whole tree, in GiB, each with its anonymous part in brackets (``-`` where a row was
-    recorded without it), and the CPU that ran it."""
+    recorded without it), the cell during which the tree held the most anonymous memory (its "In
+    [n]" and GiB; ``-`` for a row recorded without it), and the CPU that ran it."""
     lines = [
         "| notebook | status | wall min | kernel GiB (anonymous) | largest child GiB (anonymous) "
-        "| tree GiB (anonymous) | children | CPU (ISA tier), cores |",
-        "|---|---|---:|---:|---:|---:|---:|---|",
+        "| tree GiB (anonymous) | children | cell with the most (GiB) | CPU (ISA tier), cores |",
+        "|---|---|---:|---:|---:|---:|---:|---|---|",
     ]
     for r in rows:
         cpu = f"{r.get('cpu', '?')} ({r.get('isa_tier', '?')}), {r.get('cpus', '?')}"
         lines.append(
             f"| {r['notebook']} | {r['status']} | {r['wall_min']:.1f} | {_peak(r, 'kernel')} | "
-            f"{_peak(r, 'largest_child')} | {_peak(r, 'tree')} | {r['children']} | {cpu} |"
+            f"{_peak(r, 'largest_child')} | {_peak(r, 'tree')} | {r['children']} | {_top_cell(r)} | {cpu} |"
         )
     return "\n".join(lines)
+
+
+def _top_cell(row: dict) -> str:
+    cells = row.get("peak_cells")
+    return f"In [{cells[0]['cell']}] ({cells[0]['tree_anon_gib']:.2f})" if cells else "-"
 
 
 def _peak(row: dict, part: str) -> str:
