@@ -34,6 +34,12 @@ TORCH_PIN = $(shell sed -n 's/^torch==\([^ ;#]*\).*/\1/p' requirements-cpu.txt)
 # within 5 s; TORCH_INDEX= turns that off. Where it does not answer (a network that reaches PyPI
 # only), pip's own configuration decides: a find-links folder with the CPU wheel, or PyPI's CUDA build.
 TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
+# uv installs without byte-compiling (pip compiles by default): --compile-bytecode writes every
+# package's .pyc once, at install, about a minute on 2 cores. Without them, each Python process
+# compiles what it imports from source, every time, where PYTHONDONTWRITEBYTECODE is set (as in
+# containers and CI) and keeps nothing: diffusers with torch, OpenVINO and NNCF took 12.1 CPU s to
+# import, 5.9 with the .pyc files, and the test suite starts hundreds of such processes
+# (tests/integration/test_bench_memory.py, eight children: 105 CPU s, 61 with them).
 # uv reads no pip configuration: it is handed the find-links folders and constraint files that pip's
 # configuration names (`pip config list`: its files and PIP_* variables), so that both installers
 # see the same wheels (a folder holding the CPU torch, say), and uv never fetches PyPI's CUDA torch
@@ -62,7 +68,7 @@ $(STAMP): requirements-cpu.txt pyproject.toml
 	  if [ -z "$$uv" ]; then echo "uv unavailable: installing with pip"; fi; \
 	fi; \
 	if [ -n "$$uv" ]; then \
-	  install="$$uv pip install --python $(PY) $$source $$($(PIP_FROM_CONFIG))"; \
+	  install="$$uv pip install --python $(PY) --compile-bytecode $$source $$($(PIP_FROM_CONFIG))"; \
 	else \
 	  [ -n "$(WHEELS)" ] || $(PY) -m pip install -q --upgrade pip; \
 	  install="$(PY) -m pip install -q $$source"; \
