@@ -21,6 +21,10 @@ row                    what runs
                        UNet sees a batch of 2); the baseline of every ratio
 ``ov_float_20``        ``OVPipeline`` in the precision ``sdaccel.cpu.precision`` measures fastest
 ``ov_<variant>_20``    the same with the UNet quantized: ``int8_weights``, ``hybrid``, ``full_int8``
+``ov_stack_20``        the levers stacked that keep the toy's picture (``sdaccel.toy.stack_quality``,
+                       whose recipe it imports): the pipeline compiled static, and every step run by
+                       DeepCache at ``--stack-interval`` (3) from its two UNets, both quantized full
+                       INT8 with the ResNets in float; always run whole, never composed
 ``lcm4_lora_int8``     4 steps, LCM scheduler, an LCM-LoRA-shaped adapter (random, rank 64, every
                        UNet layer LCM-LoRA adapts) fused at export, guidance off (UNet batch 1), the
                        fused f32 UNet quantized with ``--lcm-variant``; the export's VAE decoder.
@@ -99,6 +103,7 @@ from sdaccel.course.whole_image_rows import (
     OV_FLOAT_20,
     OV_HYBRID_20,
     OV_INT8_WEIGHTS_20,
+    OV_STACK_20,
     TORCH_FP32_20,
     is_openvino,
     lcm_row_key,
@@ -124,8 +129,9 @@ SIZE = {"sd15": 512, "sdxl": 1024}
 QUICK_CHECKPOINT = {"sd15": "checkpoints/tiny-shapes-sd15", "sdxl": "checkpoints/tiny-shapes-sdxl"}
 DEFAULT_ROWS = {
     "sd15": ROWS,
-    # SDXL: the fastest INT8 recipe of SD 1.5 (full INT8) stands for "the best INT8" at 20 steps
-    "sdxl": tuple(r for r in ROWS if r not in (OV_INT8_WEIGHTS_20, OV_HYBRID_20)),
+    # SDXL: the fastest INT8 recipe of SD 1.5 (full INT8) stands for "the best INT8" at 20 steps;
+    # the stack, measured per UNet step on SD 1.5 only, on SD 1.5 only
+    "sdxl": tuple(r for r in ROWS if r not in (OV_INT8_WEIGHTS_20, OV_HYBRID_20, OV_STACK_20)),
 }
 #: How the random checkpoint's weights are stored (the loaders upcast: timing does not change).
 WEIGHT_DTYPE = {"sd15": "fp32", "sdxl": "fp16"}
@@ -435,8 +441,11 @@ class Bench:
             "warmup_steps",
             "lcm_variant",
             "compose",
+            "stack_interval",
         )
-        changed = {k: (previous["settings"].get(k), self.args.__dict__[k]) for k in same}
+        # a setting a file predates (stack_interval) cannot disagree with rows it has none of
+        now = self.args.__dict__
+        changed = {k: (previous["settings"].get(k, now[k]), now[k]) for k in same}
         before = changed["lcm_variant"][0]
         before = [before] if isinstance(before, str) else before or []
         if before and self.args.lcm_variant[: len(before)] == before:
@@ -585,6 +594,22 @@ def prepare(bench: Bench, args) -> dict:
             reused_from=reuse["command"] if reuse and xml.is_file() else None,
         )
         paths[f"unet_{variant}"] = str(xml)
+    if OV_STACK_20 in rows:
+        # DeepCache's two UNets from the checkpoint, both quantized by the stack's INT8 recipe
+        if not _made(calib):
+            _calibrate(bench, args, str(f32), calib, None, None)
+        deepcache = work / "deepcache-f32" / "unet_deepcache"
+        bench.artifact(
+            "deepcache", "export DeepCache's full and shallow UNets (f32)", deepcache_irs, str(src),
+            str(deepcache.parent), path=deepcache,
+        )  # fmt: skip
+        stack = work / "deepcache-stack-int8"
+        bench.artifact(
+            "deepcache_int8", "quantize both: full INT8, the ResNets in float", quantize_stack,
+            str(deepcache), str(stack), str(calib), args.calib_samples, path=stack,
+            limit_gb=args.quant_memory_gb + 4,
+        )  # fmt: skip
+        paths["stack"] = str(stack)
     if rows & {*LCM_ROWS, JAX_LCM4_LORA_TAESD}:
         lora = work / "lcm-lora-r64" / "pytorch_lora_weights.safetensors"
         bench.artifact(
@@ -712,6 +737,63 @@ def _quantize(src_xml, dst_xml, variant, calibration, samples, max_memory_gb, pa
     )
 
 
+def deepcache_irs(src: str, export_dir: str) -> dict:
+    """Child: DeepCache's full and shallow IRs of ``src``, into ``<export_dir>/unet_deepcache``."""
+    from sdaccel.cpu.deepcache import export_deepcache
+
+    return {"folder": str(export_deepcache(src, export_dir))}
+
+
+def quantize_stack(deepcache: str, dst: str, calibration: str, samples: int) -> dict:
+    """Child: both DeepCache IRs quantized by the stack's recipe, the one the toy's stack measures
+    (:func:`sdaccel.toy.stack_quality.recipe_patterns` of its ``FLOAT_GROUPS``)."""
+    from sdaccel.cpu.deepcache import quantize_deepcache
+    from sdaccel.toy.stack_quality import FLOAT_GROUPS, recipe_patterns
+
+    ignored = recipe_patterns(FLOAT_GROUPS)
+    quantize_deepcache(deepcache, dst, calibration, "full_int8", subset_size=samples, ignored=ignored)
+    return {"recipe": "full_int8", "float_groups": list(FLOAT_GROUPS), "ignored": ignored}
+
+
+def stack_row(
+    folder: str, deepcache: str, interval: int, steps: int, size: int, runs: int, warmup_steps: int
+) -> dict:
+    """The stack: the pipeline compiled static for one image of ``size`` with CFG, and each UNet
+    step run by DeepCache at ``interval`` from the INT8 IRs in ``deepcache``. The warm-up call runs
+    at least 2 steps, so that both IRs have run once before the timed calls."""
+    import time
+
+    from sdaccel.cpu.deepcache import DeepCache
+    from sdaccel.cpu.pipeline import OVPipeline
+    from sdaccel.cpu.precision import runtime_precisions
+
+    start = time.perf_counter()
+    pipe = OVPipeline.from_pretrained(folder, precision="auto", static=(1, size, size))
+    cache = DeepCache.load(deepcache, pipe, interval=interval)
+    load_s = time.perf_counter() - start
+
+    def call(n=steps):
+        return pipe.generate(PROMPT, steps=n, height=size, width=size, seed=0, deepcache=cache)
+
+    def warmup():
+        call(max(warmup_steps, 2))
+        cache.calls = {part: 0 for part in cache.calls}  # count the timed calls' UNet runs only
+
+    timed = _timed(call, steps, runs, warmup, None)
+    return {
+        **timed,
+        "load_s": load_s,
+        "precision": pipe.precisions,
+        "unet_layers": runtime_precisions(cache.models["full"]),  # DeepCache's full UNet, as it ran
+        "unet_batch": 2 if pipe.defaults.guidance_scale > 1 and not pipe.guidance_embedded else 1,
+        "scheduler": pipe.scheduler_class.__name__,
+        "deepcache": {
+            "interval": interval,
+            "unet_calls_per_image": {k: v / runs for k, v in cache.calls.items()},
+        },
+    }
+
+
 def measure(bench: Bench, args, paths: dict) -> None:
     from tqdm.auto import tqdm
 
@@ -732,6 +814,10 @@ def measure(bench: Bench, args, paths: dict) -> None:
         elif key == OV_FLOAT_20:
             fn_args = (paths["export"], None, steps, None, size, runs, wsteps, None, None, compose)
             plan.append((key, f"OpenVINO best float, {steps} steps{long}", ov_row, fn_args, composed))
+        elif key == OV_STACK_20:
+            title = f"OpenVINO static + full INT8 (ResNets in float) + DeepCache N={args.stack_interval}, {steps} steps"
+            fn_args = (paths["export"], paths["stack"], args.stack_interval, steps, size, runs, wsteps)
+            plan.append((key, title, stack_row, fn_args, None))
         elif (variant := ov_row_variant(key)) is not None:
             xml = paths.get(f"unet_{variant}")
             fn_args = (paths["export"], xml, steps, None, size, runs, wsteps, None, None, compose)
@@ -805,6 +891,9 @@ def parse_args(argv=None):
         "--warmup-steps", type=int, default=2, help="steps of the warm-up call (OpenVINO, PyTorch)"
     )
     parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument(
+        "--stack-interval", type=int, default=3, help="DeepCache's interval N in the ov_stack_20 row"
+    )
     parser.add_argument("--few-steps", type=int, default=4)
     parser.add_argument(
         "--size", type=int, default=None, help=f"image side (default: {SIZE}; --quick: {QUICK_SIZE})"
@@ -874,7 +963,7 @@ def parse_args(argv=None):
         args.quality = "none"
     elif args.quality is not None and not Path(args.quality).exists():
         parser.error(f"--quality: no file or folder {args.quality} (or 'none' to leave the columns out)")
-    for flag in ("runs", "warmup_steps", "steps", "few_steps", "calib_samples"):
+    for flag in ("runs", "warmup_steps", "steps", "few_steps", "calib_samples", "stack_interval"):
         if getattr(args, flag) < 1:
             parser.error(f"--{flag.replace('_', '-')} must be at least 1")
     if len(set(args.lcm_variant)) != len(args.lcm_variant):

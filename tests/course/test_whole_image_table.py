@@ -495,3 +495,10 @@ def test_the_committed_quality_reads_beside_its_table(model):
     usual = [k for k in rows if k.endswith("_20")]
     assert usual and all(rows[k]["adherence"] is not None for k in usual), usual
     assert rows["torch_fp32_20"]["adherence"] >= 0.9
+
+
+def test_a_table_is_headed_by_its_model_and_size_and_the_stack_when_it_ran():
+    table = {"settings": {"model": "sd15", "size": 512}, "rows": {"torch_fp32_20": {}, "ov_float_20": {}}}
+    assert whole_image.heading(table) == "SD 1.5 at 512x512"
+    table["rows"]["ov_stack_20"] = {}
+    assert whole_image.heading(table) == "SD 1.5 at 512x512, with the levers stacked"

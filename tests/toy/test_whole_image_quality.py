@@ -79,6 +79,8 @@ def test_each_row_has_its_adherence_and_psnr_against_openvino_f32(measured):
         ({"variants": ("int4",)}, "Unknown INT8 recipes"),
         ({"num_prompts": 0}, "at least 1"),
         ({"lora": REPO / "checkpoints"}, "no LoRA weights"),
+        ({"stack_interval": 0}, "stack_interval >= 1"),
+        ({"stack_interval": 3, "seed": 1}, "seeds image i"),
     ],
 )
 def test_bad_input_is_refused_before_anything_is_written(tmp_path, kwargs, message):
@@ -86,3 +88,30 @@ def test_bad_input_is_refused_before_anything_is_written(tmp_path, kwargs, messa
     with pytest.raises((ValueError, FileNotFoundError), match=message):
         wq.measure(TOY, work, **kwargs)
     assert not work.exists()
+
+
+def test_the_stack_row_is_the_stack_quality_runs_last_row_under_the_benchmarks_key(tmp_path, monkeypatch):
+    """The stack's row is stack_quality.measure's last row (DeepCache on static shapes and INT8),
+    asked for with the same prompts, steps and guidance, and keyed as the benchmark's stack row."""
+    from sdaccel.toy import adherence, stack_quality
+
+    asked = {}
+    last = {"adherence": {"score": 0.75}, "psnr_mean": 31.5, "s_per_image": 0.5}
+
+    def fake_stack(folder, work, **kwargs):
+        asked.update(kwargs)
+        names = stack_quality.stack_names(0.5, kwargs["interval"], kwargs["levers"])
+        return {"rows": {**{name: {} for name in names[:-1]}, names[-1]: last}}
+
+    def fake_usual(folder, work, **kwargs):
+        return {"images": {"ov_f32": []}, "rows": {}, "prompts": [], "config": {"size": 32, "prompts": 4}}
+
+    monkeypatch.setattr(stack_quality, "measure", fake_stack)
+    monkeypatch.setattr(adherence, "evaluate", fake_usual)
+    result = wq.measure(TOY, tmp_path / "work", num_prompts=4, steps=5, stack_interval=3)
+    assert wq.STACK_ROW == whole_image_rows.OV_STACK_20
+    row = result["rows"][wq.STACK_ROW]
+    assert (row["adherence"], row["psnr_vs_f32"], row["steps"], row["seconds"]) == (0.75, 31.5, 5, 2.0)
+    assert "DeepCache N=3" in row["title"] and result["config"]["stack_interval"] == 3
+    assert (asked["num_prompts"], asked["steps"], asked["guidance_scale"]) == (4, 5, 6.0)
+    assert asked["levers"] == ("static", "int8", "deepcache") and asked["interval"] == 3

@@ -35,7 +35,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from sdaccel.core import tables, timing
-from sdaccel.course.whole_image_rows import BASELINE, is_few_step, recipe_key, row_order
+from sdaccel.course.whole_image_rows import BASELINE, OV_STACK_20, is_few_step, recipe_key, row_order
 from sdaccel.course.whole_image_rows import ROWS as ROWS  # the tables' rows, read here by the script
 
 #: The parts of a whole image, in call order.
@@ -282,6 +282,14 @@ def reference_files(results_dir: str | os.PathLike, given=None) -> list[Path]:
             f"no whole-image results in {results_dir} (looked for {', '.join(REFERENCE_FILES)})."
         )
     return paths
+
+
+def heading(table: dict) -> str:
+    """What a table is about, for its heading: the model and size (``"SD 1.5 at 512x512"``), and
+    "with the levers stacked" for a run that timed the stack (:data:`OV_STACK_20`)."""
+    s = table["settings"]
+    stacked = ", with the levers stacked" if OV_STACK_20 in table["rows"] else ""
+    return f"{model_name(s['model'])} at {s['size']}x{s['size']}{stacked}"
 
 
 def describe(table: dict, name: str, tier: str) -> list[str]:

@@ -19,6 +19,10 @@ OV_FLOAT_20 = "ov_float_20"
 OV_INT8_WEIGHTS_20 = "ov_int8_weights_20"
 OV_HYBRID_20 = "ov_hybrid_20"
 OV_FULL_INT8_20 = "ov_full_int8_20"
+#: OpenVINO with the levers stacked that keep the toy's picture (``benchmarks/bench_openvino.py
+#: --levers stack``, ``python -m sdaccel.toy.stack_quality``): static shapes, full INT8 with the
+#: ResNets in float, DeepCache; the usual steps.
+OV_STACK_20 = "ov_stack_20"
 #: OpenVINO, few steps LCM with an LCM-LoRA fused and an INT8 UNet; then with a tiny autoencoder.
 LCM4_LORA_INT8 = "lcm4_lora_int8"
 LCM4_LORA_INT8_TAESD = "lcm4_lora_int8_taesd"
@@ -33,6 +37,7 @@ ROWS = (
     OV_INT8_WEIGHTS_20,
     OV_HYBRID_20,
     OV_FULL_INT8_20,
+    OV_STACK_20,
     LCM4_LORA_INT8,
     LCM4_LORA_INT8_TAESD,
     JAX_FP32_20,
@@ -60,8 +65,8 @@ def ov_row_key(variant: str) -> str:
 
 def ov_row_variant(key: str) -> str | None:
     """The UNet variant of an ``ov_<variant>_20`` row (``"float"`` for :data:`OV_FLOAT_20`);
-    ``None`` for any other key."""
-    if key.startswith("ov_") and key.endswith("_20"):
+    ``None`` for any other key (:data:`OV_STACK_20` too: it runs more than one UNet)."""
+    if key.startswith("ov_") and key.endswith("_20") and key != OV_STACK_20:
         return key[3:-3]
     return None
 

@@ -17,6 +17,10 @@ recipe costs. Here the same recipes run on a trained shapes toy of the same layo
 2. **Few LCM steps, the LCM-LoRA fused, no guidance** (when ``lora`` is given): each INT8 recipe
    of the fused UNet, calibrated with the LCM sampler, decoded by the VAE and, when ``taesd`` is
    given, by the tiny autoencoder; and JAX fp32 with the tiny autoencoder.
+3. **The stack** (when ``stack_interval`` is given): static shapes, full INT8 with the ResNets in
+   float and DeepCache at that interval, the usual steps with guidance, as
+   :func:`sdaccel.toy.stack_quality.measure` stacks them (its last row; its images are seeded as
+   these, image ``i`` with ``i``, so its PSNR is against the same OpenVINO f32 images).
 
 Each row: the prompt adherence (:func:`sdaccel.toy.dataset.adherence`) and the PSNR of its images
 against OpenVINO f32's at the usual steps (the float reference, not a row of the table). INT8 rows
@@ -44,6 +48,9 @@ REFERENCE = "ov_f32"
 USUAL_STEPS_ROWS = {"torch_fp32": "torch_fp32_20", "ov_default": "ov_float_20", "jax_fp32": "jax_fp32_20"}
 #: The JAX row of few steps (LCM, the adapter fused, the tiny autoencoder).
 JAX_FEW_STEPS_ROW = "jax_lcm4_lora_taesd"
+#: The row of the stack (the benchmark's ``ov_stack_20``) and the levers it stacks.
+STACK_ROW = "ov_stack_20"
+STACK_LEVERS = ("static", "int8", "deepcache")
 
 
 def usual_steps_key(variant: str) -> str:
@@ -68,6 +75,7 @@ def measure(
     guidance_scale: float = 6.0,
     variants: Sequence[str] = VARIANTS,
     seed: int = 0,
+    stack_interval: int | None = None,
 ) -> dict:
     """Every recipe's adherence and PSNR against OpenVINO f32 (see the module's docstring).
 
@@ -89,6 +97,11 @@ def measure(
         raise ValueError(f"Unknown INT8 recipes {unknown}; choose from {list(VARIANTS)}.")
     if num_prompts < 1 or min(steps, few_steps) < 1:
         raise ValueError(f"prompts and steps must be at least 1, got {num_prompts}, {steps}, {few_steps}.")
+    if stack_interval is not None and (stack_interval < 1 or seed != 0):
+        raise ValueError(
+            f"The stack's row needs stack_interval >= 1 and seed 0 (sdaccel.toy.stack_quality seeds image i "
+            f"with i), got {stack_interval} and {seed}."
+        )
     lora_path = None if lora is None else adherence_steps.lora_file(lora)
     folder = resolve_checkpoint(checkpoint)
     work = Path(work_dir)
@@ -175,7 +188,22 @@ def measure(
             title = f"JAX fp32, {few_steps} steps LCM + LoRA fused + tiny autoencoder"
             add_images(JAX_FEW_STEPS_ROW, title, images, "f32", few_steps, time.perf_counter() - start)
 
-    # 4. The result, with what ran
+    # 4. The stack: its last row, DeepCache on top of static shapes and INT8
+    if stack_interval is not None:
+        from sdaccel.toy import stack_quality
+
+        stack = stack_quality.measure(
+            folder, work / "stack", export_dir=work / "stack" / "export", num_prompts=num_prompts,
+            steps=steps, guidance_scale=guidance_scale, levers=STACK_LEVERS, interval=stack_interval,
+        )  # fmt: skip
+        row = stack["rows"][stack_quality.stack_names(0.5, stack_interval, STACK_LEVERS)[-1]]
+        title = (
+            f"OpenVINO static + full INT8 (ResNets in float) + DeepCache N={stack_interval}, {steps} steps"
+        )
+        seconds = row["s_per_image"] * num_prompts  # the median image's, times the images
+        add(STACK_ROW, title, row["adherence"]["score"], row["psnr_mean"], "int8+f32", steps, seconds)
+
+    # 5. The result, with what ran
     config = {
         **usual["config"],
         "few_steps": few_steps,
@@ -184,6 +212,7 @@ def measure(
         "variants": list(variants),
         "reference": f"OpenVINO f32 hint, {steps} steps",
         "int8_float_layers": "f32 hint",
+        "stack_interval": stack_interval,
     }
     return {"checkpoint": str(checkpoint), "config": config, "rows": rows}
 
@@ -215,6 +244,9 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=VARIANTS)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
+        "--stack-interval", type=int, default=None, help="add the stack's row, DeepCache at this interval"
+    )
+    parser.add_argument(
         "--work-dir", default=None, help="default build/whole_image_quality/<checkpoint name>"
     )
     parser.add_argument("--out", default=None, help="JSON (default: quality.json in the work folder)")
@@ -234,6 +266,7 @@ def main(argv: list[str] | None = None) -> dict:
         few_steps=args.few_steps,
         variants=tuple(args.variants),
         seed=args.seed,
+        stack_interval=args.stack_interval,
     )
     out = Path(args.out or work / "quality.json")
     return finish(result, out, format_table(result), "sdaccel.toy.whole_image_quality", argv)
