@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from sdaccel.course import whole_image
+from sdaccel.course import whole_image, whole_image_rows
 
 ROOT = Path(__file__).resolve().parents[2]
 COMMITTED = ROOT / "benchmarks" / "results" / "whole_image_sd15.json"
@@ -363,6 +363,11 @@ def test_reference_files_are_the_kept_runs_or_the_given_ones(tmp_path):
     (tmp_path / "whole_image_sdxl.json").write_text("{}")
     assert whole_image.reference_files(tmp_path) == [tmp_path / "whole_image_sdxl.json"]
     (tmp_path / "whole_image_sd15.json").write_text("{}")
+    assert [p.name for p in whole_image.reference_files(tmp_path)] == [
+        "whole_image_sd15.json",
+        "whole_image_sdxl.json",
+    ]
+    (tmp_path / "whole_image_sd15_stack.json").write_text("{}")
     assert [p.name for p in whole_image.reference_files(tmp_path)] == list(whole_image.REFERENCE_FILES)
     mine = tmp_path / "mine.json"
     mine.write_text("{}")
@@ -495,6 +500,20 @@ def test_the_committed_quality_reads_beside_its_table(model):
     usual = [k for k in rows if k.endswith("_20")]
     assert usual and all(rows[k]["adherence"] is not None for k in usual), usual
     assert rows["torch_fp32_20"]["adherence"] >= 0.9
+
+
+def test_the_stacks_run_reads_with_the_toys_stack_beside_it():
+    """The stack's whole-image run: every row has its recipe's adherence on the toy (the stack's
+    from sdaccel.toy.stack_quality's chain, through whole_image_quality), and the stack counts for
+    the fastest within the bound."""
+    results = ROOT / "benchmarks" / "results"
+    table = whole_image.read_table(results / "whole_image_sd15_stack.json", quality=results)
+    rows = table["rows"]
+    assert whole_image_rows.OV_STACK_20 in rows and all(row["adherence"] is not None for row in rows.values())
+    assert whole_image.heading(table) == "SD 1.5 at 512x512, with the levers stacked"
+    stack = rows[whole_image_rows.OV_STACK_20]
+    assert stack["adherence"] >= rows["torch_fp32_20"]["adherence"] - whole_image.QUALITY_BOUND
+    assert any(stack["title"] in sentence for sentence in whole_image.findings(table))
 
 
 def test_a_table_is_headed_by_its_model_and_size_and_the_stack_when_it_ran():

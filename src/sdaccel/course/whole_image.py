@@ -248,8 +248,9 @@ def model_name(model: str) -> str:
     return MODEL_NAMES.get(model, model)
 
 
-#: The reference runs kept in ``benchmarks/results`` that notebook 06 opens with, in this order.
-REFERENCE_FILES = ("whole_image_sd15.json", "whole_image_sdxl.json")
+#: The reference runs kept in ``benchmarks/results`` that notebook 06 opens with, in this order: every
+#: configuration of SD 1.5, the levers stacked beside PyTorch fp32 in a run of their own, SDXL.
+REFERENCE_FILES = ("whole_image_sd15.json", "whole_image_sd15_stack.json", "whole_image_sdxl.json")
 #: Each model's recipes measured for quality on the trained toy of its layout
 #: (``python -m sdaccel.toy.whole_image_quality``), as kept in ``benchmarks/results``.
 QUALITY_FILES = {
