@@ -245,3 +245,30 @@ def test_the_memory_watch_ignores_processes_of_other_runs(monkeypatch):
     finally:
         other.kill()
         other.wait()
+
+
+def cell(source: str, start: str | None, outputs=()) -> dict:
+    """A code cell as papermill leaves it: its start time (``None``: not started) and outputs."""
+    meta = {"papermill": {"start_time": start, "status": "completed"}}
+    return {
+        "cell_type": "code",
+        "source": source,
+        "metadata": meta,
+        "outputs": list(outputs),
+        "execution_count": 7,
+    }
+
+
+def test_a_failure_is_placed_at_the_cell_that_raised_or_else_the_last_one_started(tmp_path):
+    executed = tmp_path / "nb.ipynb"
+    raised = {"output_type": "error", "ename": "ValueError", "evalue": "bad size"}
+    cells = [cell("a = 1", "2026-12-06T07:11:00"), cell("b = a / 0\nmore", "2026-12-06T07:11:33", [raised])]
+    executed.write_text(json.dumps({"cells": [*cells, cell("c = 3", None)]}))
+    assert run_notebooks.failed_cell(executed) == "cell 1 ('b = a / 0'): ValueError: bad size"
+    # a kernel killed (for memory, say) leaves no error output: the last cell that started is named
+    cells = [cell("load()", "2026-12-06T07:11:00"), cell("# one UNet call\nrun()", "2026-12-06T07:11:33")]
+    executed.write_text(json.dumps({"cells": [*cells, cell("after()", None)]}))
+    said = run_notebooks.failed_cell(executed, RuntimeError("Kernel died"))
+    assert said.startswith("cell 1 (In [7], '# one UNet call'), the last one that started")
+    assert "(RuntimeError: Kernel died)" in said
+    assert run_notebooks.failed_cell(tmp_path / "missing.ipynb") == "an unknown cell"

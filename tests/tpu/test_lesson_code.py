@@ -111,6 +111,54 @@ def test_jit_by_hand_is_the_sharded_program_and_its_flops(tiny_sdxl):
     )
 
 
+#: The code of 01's and 07's one UNet call by hand, from its first line to the ``jax.jit(...)`` it builds.
+UNET_CALL_START = "graphdef, weights = nnx.split(pipe.unet)"
+
+
+def unet_call_code(notebook: str) -> str:
+    """The lines of ``notebook`` that compile its one UNet call by hand: ``nnx.split``, then the
+    ``jax.jit`` of the merged module."""
+    nb = nbformat.read(Path(__file__).resolve().parents[2] / "notebooks" / f"{notebook}.ipynb", as_version=4)
+    (source,) = [c.source for c in nb.cells if c.cell_type == "code" and UNET_CALL_START in c.source]
+    start = source.index(UNET_CALL_START)
+    return source[start : source.index("\n)\n", start) + 3]
+
+
+@pytest.mark.parametrize("notebook", ["01_sdxl_in_jax", "07_fewer_steps"])
+def test_the_unet_call_by_hand_compiles_with_the_pipelines_options(notebook, tiny_sdxl):
+    """The rehearsal of 07 at real size died at 22 GiB in its one UNet call by hand: compiled with
+    XLA's CPU defaults (``nnx.jit``), it held a float32 copy of every bfloat16 weight of SDXL's UNet,
+    10 GB more. The cells' code now compiles with the pipelines' options. Run here on the tiny SDXL
+    in bfloat16: XLA's temporaries are a small part of the weights' float32 bytes, where the
+    defaults need more than all of them, and the output is the UNet's, bit for bit."""
+    from flax import nnx
+
+    from sdaccel.tpu import platform_compiler_options
+    from sdaccel.tpu.pipeline import initial_noise
+
+    pipe = JaxPipeline.from_pretrained(tiny_sdxl, dtype="bfloat16", progress=False)
+    cond = pipe.conditioning(["a red circle"], None, 5.0, 64, 64)
+    state = pipe.scheduler.set_timesteps(4)
+    latents = initial_noise(0, jnp.arange(1), pipe.latent_shape(64, 64))
+    x = jnp.repeat(pipe.scheduler.scale_model_input(state, latents, 0), 2, axis=0)
+    inputs = (
+        x,
+        state.timesteps[0],
+        *(v.reshape(-1, *v.shape[2:]) for v in (cond.prompt_embeds, cond.text_embeds, cond.time_ids)),
+    )
+    namespace = {"jax": jax, "nnx": nnx, "pipe": pipe, "platform_compiler_options": platform_compiler_options}
+    exec(compile(unet_call_code(notebook), notebook, "exec"), namespace)
+    unet_call, graphdef, weights = namespace["unet_call"], namespace["graphdef"], namespace["weights"]
+
+    f32_bytes = 4 * sum(w.size for w in jax.tree.leaves(weights))
+    temp = unet_call.lower(weights, *inputs).compile().memory_analysis().temp_size_in_bytes
+    merged = jax.jit(lambda weights, *inputs: nnx.merge(graphdef, weights)(*inputs))
+    default_temp = merged.lower(weights, *inputs).compile().memory_analysis().temp_size_in_bytes
+    assert default_temp > f32_bytes and temp < f32_bytes / 4, (temp, default_temp, f32_bytes)
+    expected = nnx.jit(lambda model, *inputs: model(*inputs))(pipe.unet, *inputs)
+    np.testing.assert_array_equal(np.asarray(unet_call(weights, *inputs)), np.asarray(expected))
+
+
 # ----------------------------------------------------------------------------------------------
 # The exercises that make the attendee write that code: the notebook's solution passes its check,
 # a wrong answer fails it, and so does the attendee copy (solution stripped)

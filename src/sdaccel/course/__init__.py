@@ -89,7 +89,8 @@ a name from its module, as the notebooks do: ``from sdaccel.course.run_profiles 
   ``rehearsal`` profile (:data:`~sdaccel.course.run_profiles.REHEARSAL`) runs the notebooks on it.
 - :class:`~sdaccel.course.run_notebooks.MemoryWatch`, :func:`~sdaccel.course.run_notebooks.write_summary`:
   each run's wall time and the peak memory of its kernel and of the processes it starts, in
-  ``build/<profile>/summary.json`` and ``summary.md``.
+  ``build/<profile>/summary.json`` and ``summary.md``; :func:`~sdaccel.course.run_notebooks.failed_cell`:
+  where a failed run stopped (the cell that raised, or the last one started when its kernel died).
 """
 
 __all__ = [

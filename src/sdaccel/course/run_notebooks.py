@@ -423,12 +423,37 @@ def fresh_output_dir(output_dir: Path) -> Path | None:
     return keep_as_previous(output_dir, earlier)
 
 
-def _failed_cell(executed: Path) -> str:
-    """Index and first line of the cell that raised, read from papermill's executed copy."""
+def failed_cell(executed: Path, error: BaseException | None = None) -> str:
+    """Where a run failed, read from papermill's executed copy: the cell that raised, with its index,
+    first line and error; or, when none raised (a kernel killed, e.g. for memory, raises nothing),
+    the last cell that started, with ``error`` (papermill's, such as ``DeadKernelError``)."""
     try:
         nb = json.loads(executed.read_text())
     except (OSError, json.JSONDecodeError):
         return "an unknown cell"
+
+    def first_line(cell) -> str:
+        first = "".join(cell.get("source", "")).strip().splitlines()
+        return repr(first[0][:80] if first else "empty")
+
+    for i, cell in enumerate(nb.get("cells", [])):
+        for out in cell.get("outputs", []):
+            if out.get("output_type") == "error":
+                return f"cell {i} ({first_line(cell)}): {out.get('ename')}: {out.get('evalue')}"
+    started = [
+        (cell["metadata"]["papermill"]["start_time"], i)
+        for i, cell in enumerate(nb.get("cells", []))
+        if (cell.get("metadata", {}).get("papermill") or {}).get("start_time")
+    ]
+    if not started:
+        return "an unknown cell"
+    _, i = max(started)
+    cell = nb["cells"][i]
+    cause = "no error recorded" if error is None else f"{type(error).__name__}: {error}".strip()
+    return (
+        f"cell {i} (In [{cell.get('execution_count')}], {first_line(cell)}), the last one that started: "
+        f"its kernel stopped without a Python error ({cause}), as a kernel killed for memory does"
+    )
     for i, cell in enumerate(nb.get("cells", [])):
         for out in cell.get("outputs", []):
             if out.get("output_type") == "error":
@@ -677,7 +702,7 @@ def execute(
         raise failed from error
     if error is not None:
         failed = NotebookFailed(
-            f"{notebook.name} failed in {_failed_cell(run.executed)} (executed copy: {run.executed})"
+            f"{notebook.name} failed in {failed_cell(run.executed, error)} (executed copy: {run.executed})"
         )
         failed.run = measured  # its time and memory, up to the failure (an OOM is a measurement too)
         raise failed from error
@@ -1093,7 +1118,8 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:  # execute() said which notebook stopped and what is in place
         return 130
     total = sum(r.seconds for r in runs)
-    print(f"\n{len(runs)} notebooks ran in {total:.0f} s; {len(failures)} failed.")
+    ran = len(runs) + len(failures)
+    print(f"\n{len(runs)} of {ran} notebooks ran through, in {total:.0f} s; {len(failures)} failed.")
     summary = Path(args.build_dir) / args.profile / SUMMARY_TABLE
     if summary.is_file():
         print(f"Wall time and peak memory ({summary}, and {SUMMARY_JSON} beside it):")

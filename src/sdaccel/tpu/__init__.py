@@ -42,7 +42,8 @@ imported here, so that running one does not import it twice: import them as modu
 ## Compiling and measuring
 
 - :func:`aot_compile`, :class:`AOTCache`, :class:`Compiled`, :func:`xla_flops`: ahead-of-time
-  compiles and XLA's FLOP count.
+  compiles and XLA's FLOP count; :func:`platform_compiler_options`: the XLA options they compile
+  with on a platform (on the CPU, one float32 copy of a bfloat16 weight at a time).
 - :mod:`~sdaccel.tpu.compilation`: the JAX timer (``time_calls``), peaks and utilisation, cost
   per image (``cost_per_image``), the persistent compilation cache and its probe (``cache_probe``),
   attention timing.
@@ -64,7 +65,7 @@ imported here, so that running one does not import it twice: import them as modu
 from __future__ import annotations
 
 from sdaccel.tpu import distributed, sharding, topology
-from sdaccel.tpu.aot import AOTCache, Compiled, aot_compile, xla_flops
+from sdaccel.tpu.aot import AOTCache, Compiled, aot_compile, platform_compiler_options, xla_flops
 from sdaccel.tpu.lora import fuse_layer, fuse_lora, fused_adapters, unfuse_lora
 from sdaccel.tpu.models.clip import load_text_encoder
 from sdaccel.tpu.models.unet import guidance_scale_embedding
@@ -128,6 +129,7 @@ __all__ = [
     "AOTCache",
     "Compiled",
     "xla_flops",
+    "platform_compiler_options",
     "compilation",
     "serving",
     # Planning for a TPU
