@@ -29,6 +29,12 @@ its negative, as with classifier-free guidance) and 64x64 latents (512x512 image
                   full INT8 with every ResNet kept in float as well (the pattern of
                   ``sdaccel.toy.adherence.FLOAT_GROUP_VARIANTS``, added to the sensitive layers),
                   the recipe that held prompt adherence on the tiny trained models.
+``full_int8_accuracy_control``, ``full_int8_sensitive_4`` (asked for by name; SD 1.5 only)
+                  full INT8 with the layers that the SD 1.5-layout toy's accuracy control gave
+                  back to float (SmoothQuant off, as its search ran), or the 4 costliest groups of
+                  its sensitivity ranking, kept in float: the toy's recipes replayed at real size,
+                  read from ``benchmarks/results/accuracy_control_tiny-shapes-sd15.json`` and
+                  ``sensitivity_tiny-shapes-sd15.json``. Their quality is the toy's, in those files.
 
 Every measurement runs in its own child process (``run_with_memory_limit``), one after the
 other, so the variants do not share caches or memory, nothing stays resident between them, and
@@ -189,8 +195,20 @@ VARIANTS = (
     "hybrid",
     "full_int8",
     "full_int8_float_resnets",
+    "full_int8_accuracy_control",
+    "full_int8_sensitive_4",
 )
-INT8 = ("int8_weights", "hybrid", "full_int8", "full_int8_float_resnets")
+#: Recipes found on the trained SD 1.5-layout toy and replayed on the real SD 1.5 UNet, whose own
+#: search or ranking would take hours: name -> the committed result (benchmarks/results) they read.
+#: The same export code names the layers of both alike; a UNet without those layers is refused.
+TOY_RECIPES = {
+    # the operations NNCF's accuracy control gave back to float (sdaccel.toy.accuracy_control), SmoothQuant off
+    "full_int8_accuracy_control": "accuracy_control_tiny-shapes-sd15.json",
+    # the 4 costliest layer groups of the sensitivity ranking (sdaccel.toy.sensitivity_quality)
+    "full_int8_sensitive_4": "sensitivity_tiny-shapes-sd15.json",
+}
+RESULTS = Path(__file__).resolve().parent / "results"
+INT8 = ("int8_weights", "hybrid", "full_int8", "full_int8_float_resnets", *TOY_RECIPES)
 #: INT8 variants with one more layer group kept in float: name -> (recipe, the group's pattern, added
 #: to ``SENSITIVE_LAYER_PATTERNS``). The ResNets' pattern is the one that held adherence on the tiny
 #: trained models (``sdaccel.toy.adherence.FLOAT_GROUP_VARIANTS``).
@@ -451,6 +469,8 @@ def recipe_knobs(variant: str, smooth_quant: bool, args) -> tuple[str, dict]:
     """The recipe of ``sdaccel.cpu.quantize`` that ``variant`` runs and its keyword arguments
     (SmoothQuant, bias correction and, for a variant of :data:`FLOAT_GROUPS`, the layers kept in
     float): one rule for the UNet and for DeepCache's shallow UNet in lever ``stack``."""
+    if variant in TOY_RECIPES:
+        return "full_int8", toy_recipe_knobs(variant, args)
     recipe, float_group = FLOAT_GROUPS.get(variant, (variant, None))
     knobs = {}
     if recipe == "full_int8" and not smooth_quant:
@@ -460,6 +480,40 @@ def recipe_knobs(variant: str, smooth_quant: bool, args) -> tuple[str, dict]:
     if float_group is not None:
         knobs["ignored"] = [*SENSITIVE_LAYER_PATTERNS, float_group]
     return recipe, knobs
+
+
+def toy_recipe_knobs(variant: str, args) -> dict:
+    """The knobs of a :data:`TOY_RECIPES` variant, read from its committed result: full INT8 with the
+    toy's float layers added to the sensitive ones (accuracy control's with SmoothQuant off, as its
+    search ran; the sensitivity recipe's as ``sdaccel.toy.sensitivity_quality`` quantized it)."""
+    from sdaccel.cpu.accuracy_control import replay_ignored
+    from sdaccel.cpu.sensitivity import float_group_patterns
+
+    found = json.loads((RESULTS / TOY_RECIPES[variant]).read_text())
+    if variant == "full_int8_accuracy_control":
+        knobs = {"ignored": replay_ignored(found["search"]["reverted"]), "smooth_quant_alpha": None}
+    else:
+        k = int(variant.rsplit("_", 1)[1])
+        knobs = {"ignored": [*SENSITIVE_LAYER_PATTERNS, *float_group_patterns(found["ranking"], k)]}
+    if args.no_bias_correction:
+        knobs["bias_correction"] = False
+    return knobs
+
+
+def check_toy_recipe(ir, variant: str, ignored: list[str]) -> None:
+    """Refuse a toy recipe whose float layers ``ir`` lacks (a UNet of another layout): an ignored
+    scope would pass over them and quantize everything."""
+    from sdaccel.cpu.quantize import matching_layers, read_model
+
+    model = read_model(ir)
+    missing = [p for p in ignored if p not in SENSITIVE_LAYER_PATTERNS and not matching_layers(model, [p])]
+    if missing:
+        raise ValueError(
+            f"{variant} keeps in float layers found on the SD 1.5-layout toy ({TOY_RECIPES[variant]}); "
+            f"this UNet has no layer matching {missing[0]!r}"
+            + (f", nor {len(missing) - 1} more of them" if len(missing) > 1 else "")
+            + ": time it on sd15."
+        )
 
 
 def _quantize_unet(model, variant, xml, source, calibration, smooth_quant, args, work, result) -> bool:
@@ -478,6 +532,14 @@ def _quantize_unet(model, variant, xml, source, calibration, smooth_quant, args,
         extra["bias_correction"] = knobs.get("bias_correction", True)
     if "ignored" in knobs:
         extra["kept_in_float"] = knobs["ignored"]
+    if variant in TOY_RECIPES:
+        extra["found_on"] = TOY_RECIPES[variant]
+        try:
+            check_toy_recipe(quant_source, variant, knobs["ignored"])
+        except ValueError as error:
+            print(f"  quantize {variant}: refused: {error}", flush=True)
+            result["quantization"][variant] = {"ok": False, "error": str(error), **extra}
+            return False
     budget = args.quant_max_memory_gb
     if budget is None:
         run = run_child(
@@ -988,12 +1050,14 @@ def bench_deepcache(model: str, args, work: Path, spec: dict, result: dict) -> d
     # around the best float: the shallow UNet in the precision that the full float UNet ran best in
     targets = {best["variant"]: shallow}
     precisions = {best["variant"]: best["chosen"]}
+    # the file lever stack reuses with --stack-int8 full_int8: quantized by the same rule (recipe_knobs)
     quantized = work / "unet_shallow_full_int8.xml"
     if args.no_deepcache_int8:
         pass
     elif args.reuse and quantized.is_file():
         targets["full_int8"] = quantized
     elif "full_int8" in result["variants"] and result["variants"]["full_int8"].get("ok"):
+        recipe, knobs = recipe_knobs("full_int8", result.get("smooth_quant", True), args)
         q = quantize_shallow(
             "deepcache: quantize the shallow UNet (full_int8)",
             model,
@@ -1001,8 +1065,9 @@ def bench_deepcache(model: str, args, work: Path, spec: dict, result: dict) -> d
             work,
             shallow,
             quantized,
-            "full_int8",
+            recipe,
             cached,
+            **knobs,
         )
         if q.ok:
             targets["full_int8"] = quantized
@@ -1052,8 +1117,9 @@ def parse_args(argv=None):
         "--variants",
         nargs="*",
         choices=VARIANTS,
-        default=list(VARIANTS),
-        help="UNet variants to time (none: only --choose-precision)",
+        default=[v for v in VARIANTS if v not in TOY_RECIPES],
+        help="UNet variants to time (none: only --choose-precision); the default leaves out the toy's "
+        f"recipes replayed at real size ({', '.join(TOY_RECIPES)}: SD 1.5 only)",
     )
     parser.add_argument("--levers", nargs="*", choices=LEVERS, default=[])
     parser.add_argument("--iters", type=int, default=3, help="timed UNet calls per variant (median reported)")
@@ -1113,7 +1179,7 @@ def parse_args(argv=None):
     )
     parser.add_argument(
         "--stack-int8",
-        choices=[v for v in INT8 if v != "int8_weights"],
+        choices=[v for v in INT8 if v != "int8_weights" and v not in TOY_RECIPES],
         default=None,
         help="lever stack: also time INT8 by this recipe, alone and with DeepCache (its shallow UNet "
         "quantized alike); INT8 and token merging are not stacked (merging on INT8 cost the toy picture)",

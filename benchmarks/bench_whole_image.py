@@ -307,15 +307,22 @@ def ov_row(
         return pipe.generate(PROMPT, steps=n, guidance_scale=guidance, height=size, width=size, seed=0)
 
     timed = _timed(call, steps, runs, lambda: call(warmup_steps), compose)
-    request_guided = (guidance if guidance is not None else pipe.defaults.guidance_scale) > 1
     return {
         **timed,
         "load_s": load_s,
         "precision": pipe.precisions,  # INFERENCE_PRECISION_HINT as the plugin reports it
         "unet_layers": runtime_precisions(pipe.unet),  # output precision of the heavy layers
-        "unet_batch": 2 if request_guided and not pipe.guidance_embedded else 1,
+        "unet_batch": unet_batch(pipe, guidance),
         "scheduler": pipe.scheduler_class.__name__,
     }
+
+
+def unet_batch(pipe, guidance: float | None) -> int:
+    """The UNet's batch per image in an OpenVINO row: 2 (the prompt and its negative) when the
+    guidance asked for (``None``: the pipeline's default) is above 1 and the model does not embed
+    guidance, else 1. One rule for ov_row and stack_row."""
+    scale = guidance if guidance is not None else pipe.defaults.guidance_scale
+    return 2 if scale > 1 and not pipe.guidance_embedded else 1
 
 
 def jax_row(
@@ -785,7 +792,7 @@ def stack_row(
         "load_s": load_s,
         "precision": pipe.precisions,
         "unet_layers": runtime_precisions(cache.models["full"]),  # DeepCache's full UNet, as it ran
-        "unet_batch": 2 if pipe.defaults.guidance_scale > 1 and not pipe.guidance_embedded else 1,
+        "unet_batch": unet_batch(pipe, None),  # the pipeline's own guidance, as call() runs it
         "scheduler": pipe.scheduler_class.__name__,
         "deepcache": {
             "interval": interval,

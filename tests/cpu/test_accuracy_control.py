@@ -4,6 +4,7 @@ quantization, an impossible bound is an error, and neither writes anything."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -80,6 +81,41 @@ def test_a_reachable_bound_is_met_by_reverting_some_layers(ir, tmp_path, variant
     assert report["fake_quantize"] == 3 - len(report["reverted"])
     assert report["search_s"] > 0 and report["max_drop"] == 0.012
     assert sorted(p.name for p in dst.parent.iterdir()) == ["convs_int8.bin", "convs_int8.xml"]
+
+
+def test_a_search_replayed_as_an_ignored_scope_keeps_the_same_operations_in_float(ir, tmp_path):
+    """What the real-size benchmark does with the toy's search: plain INT8 with the reverted
+    operations ignored has them unquantized, and every other quantizer of plain INT8."""
+    from sdaccel.cpu import quantize
+
+    xml, calibration, items = ir
+    report = accuracy_control.quantize_with_accuracy_control(
+        xml, tmp_path / "ac.xml", "full_int8", calibration, items, closeness, max_drop=0.012, subset_size=8
+    )
+    assert report["reverted"]
+    accuracy_control.check_replay(xml, report["reverted"])
+    ignored = accuracy_control.replay_ignored(report["reverted"])
+    assert ignored[: len(quantize.SENSITIVE_LAYER_PATTERNS)] == list(quantize.SENSITIVE_LAYER_PATTERNS)
+    assert sorted(quantize.matching_layers(xml, ignored)) == sorted(report["reverted"])
+    # each name matches itself only (NNCF matches from the start): "conv1" does not keep "conv10" in float
+    assert not re.match(accuracy_control.replay_ignored(["conv1"])[-1], "conv10")
+    replayed = quantize.quantize_full(xml, calibration, 8, ignored=ignored, smooth_quant_alpha=None)
+    assert accuracy_control.activation_quantizers(replayed) == report["fake_quantize"]
+    quantized = {
+        op.input_value(0).get_node().get_friendly_name()
+        for op in replayed.get_ops()
+        if op.get_type_name() == "Convolution"
+        and op.input_value(0).get_node().get_type_name() == "FakeQuantize"
+    }
+    assert not quantized & set(report["reverted"])
+
+
+def test_a_replay_of_operations_the_unet_lacks_is_refused(ir):
+    xml, _, _ = ir
+    with pytest.raises(
+        ValueError, match=r"1 of the 2 operations to keep in float are not in this UNet, e.g. 'conv7'"
+    ):
+        accuracy_control.check_replay(xml, ["conv1", "conv7"])
 
 
 @pytest.mark.parametrize("max_drop", [0, 1, -0.1, 1.5, "0.02", True, float("nan")])

@@ -1,6 +1,7 @@
-"""Accuracy-controlled INT8 on the trained SD 1.5-layout shapes checkpoint, at a smoke size: the
-search validates on one half of the held-out prompts, and its result keeps ``max_drop`` on the
-other half, which it never saw."""
+"""sdaccel.toy.accuracy_control's checks: the search's and the judge's halves of the held-out
+prompts never share one, and a bad request is refused before anything is exported or written.
+The search itself is tested on a small IR (tests/cpu/test_accuracy_control.py) and runs on the
+toy in notebook 05's smoke run; the toy's full run is the committed JSON's command."""
 
 from pathlib import Path
 
@@ -10,8 +11,6 @@ from sdaccel.toy import accuracy_control
 
 REPO = Path(__file__).resolve().parents[2]
 CHECKPOINT = REPO / "checkpoints" / "tiny-shapes-sd15"
-#: The smoke size: prompts per half, steps, prompts that rank each group, groups reverted at most.
-SMOKE = dict(num_prompts=16, steps=20, ranking_subset_size=4, max_num_iterations=1, timing_iters=3)
 
 
 def test_the_two_halves_never_share_a_prompt_and_too_many_is_refused():
@@ -44,3 +43,27 @@ def test_measure_refuses_a_bad_request_before_exporting(tmp_path):
     with pytest.raises(ValueError, match="40 prompts per half"):
         accuracy_control.measure(CHECKPOINT, tmp_path / "w", num_prompts=40)
     assert not (tmp_path / "w").exists()
+
+
+def test_a_replay_is_refused_before_anything_runs_when_there_is_nothing_to_replay(tmp_path, capsys):
+    not_json = tmp_path / "notes.txt"
+    not_json.write_text("no JSON here")
+    with pytest.raises(SystemExit):
+        accuracy_control.main(
+            ["--checkpoint", str(CHECKPOINT), "--work-dir", str(tmp_path / "w"), "--replay", str(not_json)]
+        )
+    assert "is not a result of python -m sdaccel.toy.accuracy_control" in capsys.readouterr().err
+    hybrid = {"variant": "hybrid", "reverted": ["conv0"]}
+    with pytest.raises(ValueError, match="Nothing to replay for full_int8: the result's search ran 'hybrid'"):
+        accuracy_control.measure(CHECKPOINT, tmp_path / "w", replay=hybrid)
+    with pytest.raises(ValueError, match="reverted 0 operations"):
+        accuracy_control.measure(CHECKPOINT, tmp_path / "w", replay={"variant": "full_int8", "reverted": []})
+    assert not (tmp_path / "w").exists()
+
+
+def test_the_committed_search_can_be_replayed():
+    found = accuracy_control.replayed_search(
+        REPO / "benchmarks" / "results" / "accuracy_control_tiny-shapes-sd15.json"
+    )
+    assert found["variant"] == "full_int8" and found["reverted"]
+    assert found["found_on"].endswith(")") and found["file"] == "accuracy_control_tiny-shapes-sd15.json"

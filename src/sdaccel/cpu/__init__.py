@@ -36,7 +36,7 @@ PyTorch). Import the module you need, e.g. ``from sdaccel.cpu.export import expo
   ``quantizer_groups``, ``group_of``, ``float_group_patterns``, ``format_table``, ``plot_ranking``
 - :mod:`accuracy_control`: ``quantize_with_accuracy_control``, ``check_request``, ``checked_result``,
   ``activation_quantizers``, ``recording_search``, ``quantizable_operations``, ``estimate_search_s``,
-  ``VARIANTS``
+  ``replay_ignored``, ``check_replay``, ``VARIANTS``
 
 ## Speed-ups
 - :mod:`deepcache`: ``DeepCache``, ``export_deepcache``, ``quantize_deepcache``, ``compile_parts``

@@ -50,6 +50,7 @@ import contextlib
 import logging
 import math
 import os
+import re
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -57,6 +58,7 @@ from pathlib import Path
 from sdaccel.core.staging import check_writable, require_free_space
 from sdaccel.cpu.quantize import (
     RESULT_XML,
+    SENSITIVE_LAYER_PATTERNS,
     check_calibration,
     describe_ir,
     estimate_peak_gb,
@@ -293,6 +295,36 @@ def impossible_bound(max_drop: float, drop: float, found: dict, search: dict) ->
         f"max_drop={max_drop} could not be met: {count} of {total} quantized operations reverted to "
         f"float, {how}, and the drop is still {drop:.4f}. {fix}"
     )
+
+
+# ----------------------------------------------------------------------------------------------
+# Replaying a search's result on another UNet of the same layout
+# ----------------------------------------------------------------------------------------------
+
+
+def replay_ignored(reverted: Sequence[str]) -> list[str]:
+    """The ``ignored`` patterns that replay a search's result as plain post-training INT8: the
+    sensitive layers, as the search kept them, and each operation it reverted (``reverted``, the
+    names :func:`reverted` gives), one pattern per name, matching that name only.
+
+    ``quantize_full(model, data, ignored=replay_ignored(found), smooth_quant_alpha=None)``, with
+    SmoothQuant off as the search ran, quantizes another UNet of the same layout and export (a
+    real-size one, whose search would take hours) with those operations in float. Check the names
+    first (:func:`check_replay`): an ignored scope passes over a name it does not find."""
+    return [*SENSITIVE_LAYER_PATTERNS, *(re.escape(name) + "$" for name in reverted)]
+
+
+def check_replay(model, reverted: Sequence[str]) -> None:
+    """Refuse a replay whose operations ``model`` (an ``ov.Model`` or an IR path) does not have:
+    a search of another layout, or of an IR exported by other code, names other operations."""
+    names = {op.get_friendly_name() for op in read_model(model).get_ops()}
+    missing = [name for name in reverted if name not in names]
+    if missing:
+        raise ValueError(
+            f"{len(missing)} of the {len(reverted)} operations to keep in float are not in this UNet, "
+            f"e.g. {missing[0]!r}: replay a search made on a UNet of the same layout, exported by "
+            "sdaccel.cpu.export."
+        )
 
 
 # ----------------------------------------------------------------------------------------------

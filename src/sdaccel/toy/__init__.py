@@ -72,9 +72,10 @@ OpenVINO or JAX when called. Import the module you need (``from sdaccel.toy impo
   (``python -m sdaccel.toy.sensitivity_quality``).
 - ``accuracy_control.measure``, ``accuracy_control.format_table``,
   ``accuracy_control.AdherenceValidation``, ``accuracy_control.item_score``, ``accuracy_control.PSNR_WEIGHT``,
-  ``accuracy_control.split_heldout``: NNCF's
-  accuracy-controlled INT8 within an adherence bound, judged on held-out prompts the search never
-  saw (``python -m sdaccel.toy.accuracy_control``).
+  ``accuracy_control.split_heldout``, ``accuracy_control.replay_row``, ``accuracy_control.replayed_search``: NNCF's
+  accuracy-controlled INT8 within an adherence bound, and its result replayed as an ignored
+  scope (the real-size benchmark's recipe), judged on held-out prompts the search never saw
+  (``python -m sdaccel.toy.accuracy_control``).
 - ``stack_quality.measure``, ``stack_quality.format_table``, ``stack_quality.fastest_within``,
   ``stack_quality.stack_names``, ``stack_quality.recipe_patterns``, ``stack_quality.FLOAT_GROUPS``:
   static shapes, INT8, token merging and DeepCache stacked one by one, each stack's adherence and

@@ -3,15 +3,21 @@ NNCF keeps the UNet's prompt adherence within ``max_drop`` of f32, and the resul
 held-out prompts that the search never saw.
 
     python -m sdaccel.toy.accuracy_control --checkpoint checkpoints/tiny-shapes-sd15 --out build/accuracy_control.json
+    python -m sdaccel.toy.accuracy_control --checkpoint checkpoints/tiny-shapes-sd15 \
+        --replay benchmarks/results/accuracy_control_tiny-shapes-sd15.json   # that search's result, judged here
 
 1. Export the checkpoint in f32 and calibrate on training captions (as :mod:`sdaccel.toy.adherence`).
 2. Split ``heldout_prompts(2n)`` in two halves, each with its own noise: the first ``n`` validate
    the search (:class:`AdherenceValidation`), the other ``n`` judge its result.
 3. The search (:func:`sdaccel.cpu.accuracy_control.quantize_with_accuracy_control`).
-4. On the judging half: the adherence of f32, plain INT8 of the same recipe and the
-   accuracy-controlled UNet, their PSNR against f32, and seconds per UNet call of each (the
-   plugin's default precision; :func:`sdaccel.cpu.quantize.time_unet`), with "best float" the
-   faster of f32 and that default.
+4. The result replayed: plain INT8 of the same recipe with the operations the search reverted
+   ignored (:func:`sdaccel.cpu.accuracy_control.replay_ignored`), the recipe that
+   ``benchmarks/bench_openvino.py``'s ``full_int8_accuracy_control`` gives the real-size UNet
+   of this layout, whose search would take hours.
+5. On the judging half: the adherence of f32, plain INT8 of the same recipe, the
+   accuracy-controlled UNet and its replay, their PSNR against f32, and seconds per UNet call of
+   each (the plugin's default precision; :func:`sdaccel.cpu.quantize.time_unet`), with "best
+   float" the faster of f32 and that default.
 
 The toy's seconds are a toy's: they show the direction, not the size, of a real UNet's change.
 """
@@ -20,7 +26,7 @@ from __future__ import annotations
 
 import argparse
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -95,6 +101,11 @@ def split_heldout(n: int, seed: int = 0) -> tuple[list[str], list[str]]:
     return prompts[:n], prompts[n:]
 
 
+def replay_row(variant: str) -> str:
+    """The row of the search's result replayed as an ignored scope (step 4)."""
+    return f"{variant}, accuracy control replayed"
+
+
 def judge(pipe, unets: dict, prompts, latents, steps: int, guidance_scale: float, size: int) -> dict:
     """Adherence of each UNet on the judging prompts, and PSNR against the first (f32)."""
     from sdaccel.cpu.quality import compare_images
@@ -139,9 +150,15 @@ def measure(
     ranking_subset_size: int | None = 8,
     max_num_iterations: int = 10,
     timing_iters: int = 20,
+    replay: Mapping | None = None,
 ) -> dict:
-    """Steps 1-4 of the module docstring; returns ``{"search": report, "rows": {"f32",
-    "<variant>", "<variant>, accuracy control"}, "settings": ...}``."""
+    """Steps 1-5 of the module docstring; returns ``{"search": report, "rows": {"f32",
+    "<variant>", "<variant>, accuracy control", "<variant>, accuracy control replayed"}, "settings":
+    ...}`` (no replayed row when plain INT8 met the bound).
+
+    ``replay``, the ``search`` of an earlier result (from another CPU, say), skips step 3's search
+    and replays its reverted operations instead: ``"search"`` is then ``None``, ``"replayed"`` is
+    ``replay``, and there is no accuracy-control row."""
     from sdaccel.core.checkpoint import resolve_checkpoint
     from sdaccel.cpu import accuracy_control, quantize
     from sdaccel.cpu.export import export_pipeline, text_to_image_components, vae_scale_factor_of
@@ -150,6 +167,11 @@ def measure(
 
     # 1. The f32 export, its pipeline and the calibration set (checks first: nothing runs for a bad bound)
     accuracy_control.check_request(variant, max_drop, [None], lambda *_: 0.0)
+    if replay is not None and (replay.get("variant") != variant or not replay.get("reverted")):
+        raise ValueError(
+            f"Nothing to replay for {variant}: the result's search ran {replay.get('variant')!r} and "
+            f"reverted {len(replay.get('reverted') or [])} operations; replay a {variant} search that reverted some."
+        )
     search_prompts, judge_prompts = split_heldout(num_prompts, seed)
     folder = resolve_checkpoint(checkpoint)
     size = read_config(folder, "unet")["sample_size"] * vae_scale_factor_of(folder, "vae")
@@ -165,29 +187,44 @@ def measure(
 
     # 2. Two halves of the held-out prompts, each with its own noise
     noise = paired_latents(folder, 2 * num_prompts, size, seed)
-    validate = AdherenceValidation(pipe, search_prompts, noise[:num_prompts], **common)
 
-    # 3. The search, and plain INT8 of the same recipe beside it
-    controlled = work / f"unet_{variant}_accuracy_control.xml"
-    search = accuracy_control.quantize_with_accuracy_control(
-        unet_xml,
-        controlled,
-        variant,
-        calibration.folder,
-        validate.items,
-        validate,
-        max_drop,
-        subset_size=64,
-        ranking_subset_size=ranking_subset_size,
-        max_num_iterations=max_num_iterations,
-        smooth_quant_alpha=None,
-    )
+    # 3. The search (unless one is replayed), and plain INT8 of the same recipe beside it
     plain = work / f"unet_{variant}.xml"  # the same knobs: SmoothQuant off (the search needs it off)
     knobs = {"smooth_quant_alpha": None} if variant == "full_int8" else {}  # hybrid has SmoothQuant off
+    unets = {"f32": unet_xml, variant: plain}
+    search = None
+    if replay is None:
+        validate = AdherenceValidation(pipe, search_prompts, noise[:num_prompts], **common)
+        controlled = work / f"unet_{variant}_accuracy_control.xml"
+        search = accuracy_control.quantize_with_accuracy_control(
+            unet_xml,
+            controlled,
+            variant,
+            calibration.folder,
+            validate.items,
+            validate,
+            max_drop,
+            subset_size=64,
+            ranking_subset_size=ranking_subset_size,
+            max_num_iterations=max_num_iterations,
+            smooth_quant_alpha=None,
+        )
+        unets[f"{variant}, accuracy control"] = controlled
     quantize.quantize_ir(unet_xml, plain, variant, calibration.folder, subset_size=64, **knobs)
 
-    # 4. Judged on the other half, and timed
-    unets = {"f32": unet_xml, variant: plain, f"{variant}, accuracy control": controlled}
+    # 4. The search's result replayed as plain INT8 with its reverted operations ignored: the
+    #    recipe a real-size UNet of this layout gets (benchmarks/bench_openvino.py), judged here too
+    reverted = (replay or search)["reverted"]
+    if reverted:
+        replayed = work / f"unet_{variant}_replayed.xml"
+        accuracy_control.check_replay(unet_xml, reverted)
+        ignored = accuracy_control.replay_ignored(reverted)
+        quantize.quantize_ir(
+            unet_xml, replayed, variant, calibration.folder, subset_size=64, ignored=ignored, **knobs
+        )
+        unets[replay_row(variant)] = replayed
+
+    # 5. Judged on the other half, and timed
     rows = judge(pipe, unets, judge_prompts, noise[num_prompts:], **common)
     speeds(rows, unets, next(iter(calibration)), timing_iters)
     for name, xml in unets.items():
@@ -206,13 +243,13 @@ def measure(
         "validation_precision": "f32 hint, INT8 layers in INT8 (as NNCF compiles the candidates)",
         "smooth_quant": "off (a reverted MatMul would keep its smoothed input)",
     }
-    return {"settings": settings, "search": search, "rows": rows}
+    return {"settings": settings, "search": search, "replayed": replay, "rows": rows}
 
 
 def format_table(result: dict) -> str:
     """The rows (adherence on the judging prompts, PSNR, FakeQuantize, UNet call, x best float),
     then what the search reverted."""
-    s, search = result["settings"], result["search"]
+    s, search, replayed = result["settings"], result["search"], result.get("replayed")
     rows = [
         [
             name,
@@ -236,6 +273,12 @@ def format_table(result: dict) -> str:
         rows,
         align="lrrrrr",
     )
+    if replayed is not None:
+        found_on = replayed.get("found_on", "an earlier run")
+        return (
+            f"{table}\n\nNo search: the {len(replayed['reverted'])} operations that a search on {found_on} "
+            f"reverted to float were replayed: {', '.join(replayed['reverted'])}"
+        )
     if search["quantized_operations"] is None:
         reverted = "plain INT8 met the bound: no quantized operations reverted to float"
     else:
@@ -248,6 +291,21 @@ def format_table(result: dict) -> str:
         f"{search['metric_f32']:.3f}, plain {search['metric_plain']:.3f}, result {search['metric']:.3f} "
         f"(max_drop {search['max_drop']}), {search['search_s']:.0f} s; {reverted}"
     )
+
+
+def replayed_search(path: str | os.PathLike) -> dict | str:
+    """The ``search`` of a JSON this module wrote, with the CPU it was found on (``found_on``), or
+    what is wrong with the file."""
+    import json
+
+    try:
+        found = json.loads(Path(path).read_text())
+        search, machine = found["search"], found["machine"]
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        return f"{path} is not a result of python -m sdaccel.toy.accuracy_control ({error})"
+    if search is None:
+        return f"{path} replayed a search itself: replay the file that search was written to"
+    return {**search, "found_on": f"{machine['cpu']} ({machine['isa']})", "file": Path(path).name}
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -264,6 +322,12 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--ranking-subset", type=int, default=8, help="prompts that rank each group")
     parser.add_argument("--max-iterations", type=int, default=10, help="groups reverted at most")
+    parser.add_argument(
+        "--replay",
+        default=None,
+        help="a JSON this command wrote: replay its search's reverted operations instead of searching "
+        "(the recipe found on another CPU, judged on this one)",
+    )
     parser.add_argument("--work-dir", default=None, help="default build/accuracy_control/<checkpoint name>")
     parser.add_argument(
         "--out", default=None, help="JSON (default: accuracy_control.json in the work folder)"
@@ -276,6 +340,11 @@ def main(argv: list[str] | None = None) -> dict:
         parser.error(
             "--max-drop must be in (0, 1); --prompts, --steps, --ranking-subset, --max-iterations >= 1"
         )
+    replay = None
+    if args.replay is not None:
+        replay = replayed_search(args.replay)
+        if isinstance(replay, str):
+            parser.error(f"--replay: {replay}")
     from sdaccel.toy.report import finish
 
     work = Path(args.work_dir or Path("build") / "accuracy_control" / Path(args.checkpoint).name)
@@ -288,6 +357,7 @@ def main(argv: list[str] | None = None) -> dict:
         args.steps,
         ranking_subset_size=args.ranking_subset,
         max_num_iterations=args.max_iterations,
+        replay=replay,
     )
     out = Path(args.out or work / "accuracy_control.json")
     return finish(result, out, format_table(result), "sdaccel.toy.accuracy_control", argv)
