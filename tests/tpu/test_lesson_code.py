@@ -124,13 +124,12 @@ def unet_call_code(notebook: str) -> str:
     return source[start : source.index("\n)\n", start) + 3]
 
 
-@pytest.mark.parametrize("notebook", ["01_sdxl_in_jax", "07_fewer_steps"])
-def test_the_unet_call_by_hand_compiles_with_the_pipelines_options(notebook, tiny_sdxl):
+def test_the_unet_call_by_hand_compiles_with_the_pipelines_options(tiny_sdxl):
     """The rehearsal of 07 at real size died at 22 GiB in its one UNet call by hand: compiled with
     XLA's CPU defaults (``nnx.jit``), it held a float32 copy of every bfloat16 weight of SDXL's UNet,
-    10 GB more. The cells' code now compiles with the pipelines' options. Run here on the tiny SDXL
-    in bfloat16: XLA's temporaries are a small part of the weights' float32 bytes, where the
-    defaults need more than all of them, and the output is the UNet's, bit for bit."""
+    10 GB more. The cells of 01 and 07 now compile with the pipelines' options. Their code, run here
+    on the tiny SDXL in bfloat16: XLA's temporaries are a small part of the weights' float32 bytes,
+    where the defaults need more than all of them, and the output is the UNet's, bit for bit."""
     from flax import nnx
 
     from sdaccel.tpu import platform_compiler_options
@@ -141,22 +140,27 @@ def test_the_unet_call_by_hand_compiles_with_the_pipelines_options(notebook, tin
     state = pipe.scheduler.set_timesteps(4)
     latents = initial_noise(0, jnp.arange(1), pipe.latent_shape(64, 64))
     x = jnp.repeat(pipe.scheduler.scale_model_input(state, latents, 0), 2, axis=0)
-    inputs = (
-        x,
-        state.timesteps[0],
-        *(v.reshape(-1, *v.shape[2:]) for v in (cond.prompt_embeds, cond.text_embeds, cond.time_ids)),
-    )
-    namespace = {"jax": jax, "nnx": nnx, "pipe": pipe, "platform_compiler_options": platform_compiler_options}
-    exec(compile(unet_call_code(notebook), notebook, "exec"), namespace)
-    unet_call, graphdef, weights = namespace["unet_call"], namespace["graphdef"], namespace["weights"]
-
+    folded = (v.reshape(-1, *v.shape[2:]) for v in (cond.prompt_embeds, cond.text_embeds, cond.time_ids))
+    inputs = (x, state.timesteps[0], *folded)
+    graphdef, weights = nnx.split(pipe.unet)
     f32_bytes = 4 * sum(w.size for w in jax.tree.leaves(weights))
-    temp = unet_call.lower(weights, *inputs).compile().memory_analysis().temp_size_in_bytes
-    merged = jax.jit(lambda weights, *inputs: nnx.merge(graphdef, weights)(*inputs))
-    default_temp = merged.lower(weights, *inputs).compile().memory_analysis().temp_size_in_bytes
-    assert default_temp > f32_bytes and temp < f32_bytes / 4, (temp, default_temp, f32_bytes)
-    expected = nnx.jit(lambda model, *inputs: model(*inputs))(pipe.unet, *inputs)
-    np.testing.assert_array_equal(np.asarray(unet_call(weights, *inputs)), np.asarray(expected))
+    merged = jax.jit(lambda weights, *inputs: nnx.merge(graphdef, weights)(*inputs))  # XLA's defaults
+    default = merged.lower(weights, *inputs).compile()
+    assert default.memory_analysis().temp_size_in_bytes > f32_bytes, f32_bytes
+    expected = np.asarray(default(weights, *inputs))
+    codes = {notebook: unet_call_code(notebook) for notebook in ("01_sdxl_in_jax", "07_fewer_steps")}
+    for code in set(codes.values()):  # the same lines in both notebooks: compiled once
+        namespace = {
+            "jax": jax,
+            "nnx": nnx,
+            "pipe": pipe,
+            "platform_compiler_options": platform_compiler_options,
+        }
+        exec(compile(code, "unet_call", "exec"), namespace)
+        unet_call, weights = namespace["unet_call"], namespace["weights"]
+        compiled = unet_call.lower(weights, *inputs).compile()
+        assert compiled.memory_analysis().temp_size_in_bytes < f32_bytes / 4, code
+        np.testing.assert_array_equal(np.asarray(compiled(weights, *inputs)), expected)
 
 
 # ----------------------------------------------------------------------------------------------
