@@ -30,7 +30,7 @@ from sdaccel.core.checkpoint import resolve_lora
 from sdaccel.core.lora_files import LoraLayer, read_lora
 from sdaccel.course import exercises as ex
 from sdaccel.course import few_steps
-from sdaccel.tpu import fuse_layer, guidance_scale_embedding, lora
+from sdaccel.tpu import fuse_layer, guidance_scale_embedding, lora, platform_compiler_options
 from sdaccel.tpu.pipeline import JaxPipeline, classifier_free_guidance, initial_noise
 
 REPO = Path(__file__).resolve().parents[2]
@@ -75,6 +75,7 @@ def part3():
         "resolve_lora": resolve_lora,
         "fuse_layer": fuse_layer,
         "guidance_scale_embedding": guidance_scale_embedding,
+        "platform_compiler_options": platform_compiler_options,
         "classifier_free_guidance": classifier_free_guidance,
         "initial_noise": initial_noise,
         "pipe": toy_pipeline(),
