@@ -454,12 +454,6 @@ def failed_cell(executed: Path, error: BaseException | None = None) -> str:
         f"cell {i} (In [{cell.get('execution_count')}], {first_line(cell)}), the last one that started: "
         f"its kernel stopped without a Python error ({cause}), as a kernel killed for memory does"
     )
-    for i, cell in enumerate(nb.get("cells", [])):
-        for out in cell.get("outputs", []):
-            if out.get("output_type") == "error":
-                first = "".join(cell.get("source", "")).strip().splitlines()
-                return f"cell {i} ({first[0][:80] if first else 'empty'!r}): {out.get('ename')}: {out.get('evalue')}"
-    return "an unknown cell"
 
 
 # ----------------------------------------------------------------------------------------------
