@@ -503,10 +503,9 @@ def toy_recipe_knobs(variant: str, args) -> dict:
 def check_toy_recipe(ir, variant: str, ignored: list[str]) -> None:
     """Refuse a toy recipe whose float layers ``ir`` lacks (a UNet of another layout): an ignored
     scope would pass over them and quantize everything."""
-    from sdaccel.cpu.quantize import matching_layers, read_model
+    from sdaccel.cpu.quantize import unmatched_patterns
 
-    model = read_model(ir)
-    missing = [p for p in ignored if p not in SENSITIVE_LAYER_PATTERNS and not matching_layers(model, [p])]
+    missing = unmatched_patterns(ir, [p for p in ignored if p not in SENSITIVE_LAYER_PATTERNS])
     if missing:
         raise ValueError(
             f"{variant} keeps in float layers found on the SD 1.5-layout toy ({TOY_RECIPES[variant]}); "

@@ -12,8 +12,9 @@ session-scoped fixtures (exported models, compiled pipelines, executed notebooks
   which reads every executed copy). A notebook runs once per test run whichever worker asks
   first (:func:`smoke_notebook`), and the other worker reads its result.
 
-Each worker keeps JAX's persistent compilation cache for the run (:func:`jax_compilation_cache`),
-so a program that several tests compile is compiled once.
+Each worker computes on its own share of the CPUs (:func:`worker_cpus`), and keeps JAX's
+persistent compilation cache for the run (:func:`jax_compilation_cache`), so a program that
+several tests compile is compiled once.
 
 Groups start longest first (:data:`SLOW_GROUPS`, then by number of tests), so that the two
 workers finish together rather than one of them ending on a long group alone: the collection is
@@ -30,6 +31,7 @@ collection fails when a mark and :func:`group_of` disagree.
 import fcntl
 import json
 import os
+import re
 import signal
 from collections import Counter
 from contextlib import contextmanager
@@ -50,6 +52,30 @@ os.environ.setdefault("CI", "true")
 # never stops. A handler (unlike SIG_IGN) is reset to the default by exec.
 if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+def worker_cpus(environ=os.environ, cpus=None) -> set[int] | None:
+    """The CPUs an xdist worker computes on: the ``k``-th of ``n`` workers gets every ``n``-th CPU
+    this process may use, from the ``k``-th on (``None`` outside xdist, with one worker, or with
+    fewer CPUs than workers). PyTorch's OpenMP, OpenVINO's TBB and XLA's Eigen each start as many
+    threads as the process has CPUs; unpinned, two workers on two cores run four busy threads that
+    take turns (spinning while they wait), pinned, two. A pair of OpenVINO-heavy modules
+    (tests/toy/test_adherence.py and tests/cpu/test_quantize.py, ``-n 2`` on a 2-core Xeon) took
+    159 s unpinned and 129 s pinned; a JAX pair (tests/tpu/test_generate.py, tests/integration/test_lcm.py)
+    110 and 107 s. The processes a test starts (notebook kernels, benchmark children) inherit it."""
+    worker, count = environ.get("PYTEST_XDIST_WORKER", ""), int(environ.get("PYTEST_XDIST_WORKER_COUNT", "0"))
+    cpus = sorted(os.sched_getaffinity(0) if cpus is None else cpus)
+    if not worker.startswith("gw") or count < 2 or len(cpus) < count:
+        return None
+    return set(cpus[int(worker[2:]) % count :: count])
+
+
+#: This worker's CPUs (:func:`worker_cpus`), pinned before JAX, PyTorch or OpenVINO start threads,
+#: and every CPU it had before (where a test marked ``every_cpu`` runs: :func:`pytest_pyfunc_call`).
+WORKER_CPUS = worker_cpus() if hasattr(os, "sched_setaffinity") else None
+ALL_CPUS = os.sched_getaffinity(0) if WORKER_CPUS else None
+if WORKER_CPUS:
+    os.sched_setaffinity(0, WORKER_CPUS)
 
 import jax  # noqa: E402
 import pytest  # noqa: E402
@@ -148,6 +174,35 @@ def group_of(nodeid: str) -> str:
 
 
 @pytest.hookimpl(optionalhook=True)
+@pytest.hookimpl(tryfirst=True)
+def pytest_pyfunc_call(pyfuncitem):
+    """A test marked ``every_cpu`` needs more than one CPU thread in OpenVINO (on one thread, the
+    CPU plugin does not check some shapes: a Concat of mismatched inputs returns a wrong output,
+    then an empty one at every call, and a later compile can crash). On a worker pinned to fewer
+    CPUs than its process had (:data:`WORKER_CPUS`), the test runs again, alone, in a pytest
+    process on every CPU, and passes or fails with it."""
+    if pyfuncitem.get_closest_marker("every_cpu") is None or not WORKER_CPUS or len(WORKER_CPUS) > 1:
+        return None
+    import subprocess
+    import sys
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="every-cpu-") as basetemp:
+        run = subprocess.run(
+            [sys.executable, "-m", "pytest", "-n", "0", "-p", "no:cacheprovider", "-q"]
+            + ["--basetemp", str(Path(basetemp) / "t"), pyfuncitem.nodeid],
+            cwd=REPO,
+            env={k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")},  # not a worker
+            capture_output=True,
+            text=True,
+            timeout=900,
+            preexec_fn=lambda: os.sched_setaffinity(0, ALL_CPUS),
+        )
+    if run.returncode != 0 or not re.search(r"^1 passed", run.stdout, re.MULTILINE):  # not skipped
+        pytest.fail(f"On every CPU, in a process of its own:\n{run.stdout[-4000:]}{run.stderr[-2000:]}")
+    return True
+
+
 def pytest_xdist_make_scheduler(config, log):
     """``--dist loadgroup``: whole groups to one worker each, the largest first."""
     if config.getvalue("dist") != "loadgroup":

@@ -13,7 +13,7 @@ import pytest
 ov = pytest.importorskip("openvino")
 pytest.importorskip("nncf")
 
-from sdaccel.cpu import accuracy_control  # noqa: E402
+from sdaccel.cpu import accuracy_control, quantize  # noqa: E402
 
 
 def conv_model() -> ov.Model:
@@ -86,8 +86,6 @@ def test_a_reachable_bound_is_met_by_reverting_some_layers(ir, tmp_path, variant
 def test_a_search_replayed_as_an_ignored_scope_keeps_the_same_operations_in_float(ir, tmp_path):
     """What the real-size benchmark does with the toy's search: plain INT8 with the reverted
     operations ignored has them unquantized, and every other quantizer of plain INT8."""
-    from sdaccel.cpu import quantize
-
     xml, calibration, items = ir
     report = accuracy_control.quantize_with_accuracy_control(
         xml, tmp_path / "ac.xml", "full_int8", calibration, items, closeness, max_drop=0.012, subset_size=8
@@ -116,6 +114,10 @@ def test_a_replay_of_operations_the_unet_lacks_is_refused(ir):
         ValueError, match=r"1 of the 2 operations to keep in float are not in this UNet, e.g. 'conv7'"
     ):
         accuracy_control.check_replay(xml, ["conv1", "conv7"])
+    with pytest.raises(ValueError, match=r"1 of the 1 operations .* e.g. 'conv'"):
+        accuracy_control.check_replay(xml, ["conv"])  # a name, not a prefix: "conv1" is not "conv"
+    # the patterns as NNCF matches them, from the start of the name: "conv" matches conv1
+    assert quantize.unmatched_patterns(xml, ["conv1$", "conv", "conv7", "x|conv7"]) == ["conv7"]
 
 
 @pytest.mark.parametrize("max_drop", [0, 1, -0.1, 1.5, "0.02", True, float("nan")])

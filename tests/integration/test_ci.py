@@ -92,3 +92,20 @@ def test_the_site_runs_after_the_notebooks_of_its_group_whatever_the_collection_
         "test_notebook_runs_in_smoke_profile[00_environment]",
         "test_a",
     ]
+
+
+def test_each_worker_computes_on_its_own_share_of_the_cpus():
+    conftest = loaded_conftest()
+
+    def cpus(worker, count, available):
+        env = {"PYTEST_XDIST_WORKER": worker, "PYTEST_XDIST_WORKER_COUNT": str(count)}
+        return conftest.worker_cpus(env, available)
+
+    assert [cpus(f"gw{k}", 2, {0, 1}) for k in (0, 1)] == [{0}, {1}]
+    assert [cpus(f"gw{k}", 2, range(8)) for k in (0, 1)] == [{0, 2, 4, 6}, {1, 3, 5, 7}]
+    assert [cpus(f"gw{k}", 3, {4, 5, 6, 7}) for k in (0, 1, 2)] == [{4, 7}, {5}, {6}]
+    assert cpus("gw0", 1, {0, 1}) is None  # one worker keeps every CPU
+    assert cpus("gw1", 3, {0, 1}) is None  # more workers than CPUs: left to the scheduler
+    assert conftest.worker_cpus({}, {0, 1}) is None  # not under xdist
+    if conftest.WORKER_CPUS:  # under make test on two or more CPUs: this worker is pinned
+        assert os.sched_getaffinity(0) == conftest.WORKER_CPUS

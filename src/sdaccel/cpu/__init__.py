@@ -27,7 +27,7 @@ PyTorch). Import the module you need, e.g. ``from sdaccel.cpu.export import expo
 - :mod:`quantize`: ``quantize_ir``, ``quantize_in_parts``, ``quantize_variant``, ``quantize_full``,
   ``quantize_hybrid``, ``compress_weights_int8``, ``collect_unet_inputs``, ``CalibrationSet``,
   ``read_prompts``, ``time_unet``, ``ir_size_bytes``, ``SENSITIVE_LAYER_PATTERNS``,
-  ``matching_layers``, ``ignored_layers``, ``weighted_matmul_and_gather_names``, ``describe_ir``,
+  ``matching_layers``, ``unmatched_patterns``, ``ignored_layers``, ``weighted_matmul_and_gather_names``, ``describe_ir``,
   ``default_budget_gb``, ``estimate_peak_gb``, ``no_progress_bars``, ``ignored_scope_of``,
   ``smooth_quant_parameters``, ``reshaped_pointwise_convolutions``
 - :mod:`ir_parts`: ``plan_parts``, ``PartPlan``, ``cut``, ``stitch``

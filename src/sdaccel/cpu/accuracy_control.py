@@ -69,6 +69,7 @@ from sdaccel.cpu.quantize import (
     read_model,
     reporting_full_disk,
     smooth_quant_parameters,
+    unmatched_patterns,
     weighted_matmul_and_gather_names,
 )
 
@@ -317,8 +318,9 @@ def replay_ignored(reverted: Sequence[str]) -> list[str]:
 def check_replay(model, reverted: Sequence[str]) -> None:
     """Refuse a replay whose operations ``model`` (an ``ov.Model`` or an IR path) does not have:
     a search of another layout, or of an IR exported by other code, names other operations."""
-    names = {op.get_friendly_name() for op in read_model(model).get_ops()}
-    missing = [name for name in reverted if name not in names]
+    patterns = replay_ignored(reverted)[len(SENSITIVE_LAYER_PATTERNS) :]  # one per name, as replayed
+    unmatched = set(unmatched_patterns(model, patterns))
+    missing = [name for name, pattern in zip(reverted, patterns, strict=True) if pattern in unmatched]
     if missing:
         raise ValueError(
             f"{len(missing)} of the {len(reverted)} operations to keep in float are not in this UNet, "

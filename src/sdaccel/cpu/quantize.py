@@ -169,6 +169,15 @@ def matching_layers(
     ]
 
 
+def unmatched_patterns(model, patterns: Sequence[str]) -> list[str]:
+    """The patterns of ``patterns`` that match no operation of ``model`` (an ``ov.Model`` or an IR
+    path) as NNCF matches them (``re.match`` from the start of the name). An ignored scope passes
+    over such a pattern (``validate=False``), so a recipe made on another UNet would quietly keep
+    nothing in float: check its patterns first."""
+    names = [op.get_friendly_name() for op in read_model(model).get_ops()]
+    return [p for p in patterns if not any(re.match(p, name) for name in names)]
+
+
 @contextlib.contextmanager
 def no_progress_bars() -> Iterator[None]:
     """NNCF's progress bars hidden while the block runs, in this process (a notebook's kernel
