@@ -6,8 +6,9 @@ from __future__ import annotations
 import time
 
 import numpy as np
+import pytest
 
-from sdaccel.core.processes import ChildRun, run_with_memory_limit
+from sdaccel.core.processes import ChildRun, memory_status, run_with_memory_limit
 
 
 def _allocate(megabytes: int, hold_s: float = 0.0) -> int:
@@ -174,3 +175,23 @@ def test_ctrl_c_while_the_child_starts_still_kills_it():
         [sys.executable, "-c", CTRL_C_IN_START], capture_output=True, text=True, timeout=120
     )
     assert done.returncode == 0 and "child gone" in done.stdout, done.stderr[-2000:]
+
+
+def test_memory_status_reads_peak_resident_and_anonymous_bytes_at_once():
+    import subprocess
+    import sys
+
+    before = memory_status()
+    if before is None:
+        pytest.skip("no /proc/<pid>/status off Linux")
+    block = np.ones(64 * 2**20, np.uint8)  # 64 MiB of heap, touched
+    now = memory_status()
+    assert now.anon - before.anon >= 60 * 2**20 and now.rss - before.rss >= 60 * 2**20
+    page_batches = 2**20  # Linux updates the counters lazily, a few pages at a time
+    assert now.peak + page_batches >= now.rss >= now.anon > 0
+    del block
+    assert memory_status().peak + page_batches >= now.peak  # a high-water mark: the RSS fell, not it
+    ended = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
+    )
+    assert memory_status(int(ended.stdout)) is None  # a process that has ended

@@ -61,6 +61,15 @@ def test_a_replay_is_refused_before_anything_runs_when_there_is_nothing_to_repla
     assert not (tmp_path / "w").exists()
 
 
+def test_a_replay_of_operations_the_toy_lacks_is_refused_before_calibration(tmp_path):
+    """A search of another layout names operations this toy does not have: refused once the toy is
+    exported (its operations are read from the IR), before any calibration or quantization."""
+    other = {"variant": "full_int8", "reverted": ["__module.unet.mid_block.attentions.9/aten::linear/MatMul"]}
+    with pytest.raises(ValueError, match="1 of the 1 operations to keep in float are not in this UNet"):
+        accuracy_control.measure(CHECKPOINT, tmp_path / "w", replay=other)
+    assert sorted(p.name for p in (tmp_path / "w").iterdir()) == ["openvino"]
+
+
 def test_the_committed_search_can_be_replayed():
     found = accuracy_control.replayed_search(
         REPO / "benchmarks" / "results" / "accuracy_control_tiny-shapes-sd15.json"

@@ -55,7 +55,8 @@ interrupt, a full disk) into a long write.
 :mod:`sdaccel.core.processes`: run a function in a fresh process, measure its peak memory, stop it
 at a limit.
 
-- :class:`ChildRun`, :func:`run_with_memory_limit`, :func:`anon_bytes` (a process's anonymous RSS)
+- :class:`ChildRun`, :func:`run_with_memory_limit`, :func:`anon_bytes` (a process's anonymous RSS),
+  :func:`memory_status` and :class:`MemoryStatus` (its peak, resident and anonymous bytes in one read)
 
 ## The environment
 
@@ -143,7 +144,7 @@ from sdaccel.core.lora_files import (
     save_kohya,
     sgm_names,
 )
-from sdaccel.core.processes import ChildRun, anon_bytes, run_with_memory_limit
+from sdaccel.core.processes import ChildRun, MemoryStatus, anon_bytes, memory_status, run_with_memory_limit
 from sdaccel.core.staging import (
     check_writable,
     clear_leftovers,
@@ -234,6 +235,8 @@ __all__ = [
     "ChildRun",
     "run_with_memory_limit",
     "anon_bytes",
+    "memory_status",
+    "MemoryStatus",
     # The environment
     "package_versions",
     "PACKAGES",

@@ -101,13 +101,34 @@ def _child_main(conn, fn, args, kwargs, address_space_bytes, parent_pid=None):
     conn.close()
 
 
-def anon_bytes(pid: int) -> int | None:
-    """Anonymous resident memory of a process (``RssAnon`` + ``RssShmem``), ``None`` off Linux."""
+@dataclass(frozen=True)
+class MemoryStatus:
+    """A process's memory, in bytes, from one read of ``/proc/<pid>/status`` (:func:`memory_status`):
+    ``peak`` its resident high-water mark (``VmHWM``; Linux updates these counters a few pages at a
+    time, so two reads may differ by that), ``rss``
+    its resident set now (``VmRSS``), ``anon`` the anonymous part of it (``RssAnon`` + ``RssShmem``:
+    heap, weights copied in, activations; not the pages of memory-mapped files)."""
+
+    peak: int
+    rss: int
+    anon: int
+
+
+def memory_status(pid: int | str = "self") -> MemoryStatus | None:
+    """:class:`MemoryStatus` of process ``pid`` (this one by default); ``None`` off Linux or for a
+    process that has ended."""
     try:
         fields = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines())
-        return sum(int(fields[k].split()[0]) * 1024 for k in ("RssAnon", "RssShmem"))
+        kib = {k: int(fields[k].split()[0]) * 1024 for k in ("VmHWM", "VmRSS", "RssAnon", "RssShmem")}
     except (OSError, KeyError, ValueError):
         return None
+    return MemoryStatus(peak=kib["VmHWM"], rss=kib["VmRSS"], anon=kib["RssAnon"] + kib["RssShmem"])
+
+
+def anon_bytes(pid: int) -> int | None:
+    """Anonymous resident memory of a process (``RssAnon`` + ``RssShmem``), ``None`` off Linux."""
+    status = memory_status(pid)
+    return None if status is None else status.anon
 
 
 def _peak_rss_bytes() -> int:
@@ -117,13 +138,8 @@ def _peak_rss_bytes() -> int:
     ``spawn`` does) would report at least its parent's RSS at the fork. ``VmHWM`` belongs to the
     process's own address space and starts afresh at ``exec``.
     """
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    status = memory_status()
+    return status.peak if status is not None else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
 def run_with_memory_limit(

@@ -50,7 +50,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from sdaccel.core.faults import fault_point
-from sdaccel.core.processes import anon_bytes
+from sdaccel.core.processes import MemoryStatus, memory_status
 from sdaccel.core.staging import replace_text, update_json, writer_lock
 from sdaccel.course import run_profiles
 
@@ -820,18 +820,6 @@ class MemoryPeaks:
     tree_anon_bytes: int = 0
 
 
-def peak_rss_bytes(proc) -> int:
-    """A process's peak resident set: ``VmHWM`` of ``/proc/<pid>/status`` on Linux, exact whenever
-    it is read (it only grows); elsewhere its current RSS."""
-    try:
-        for line in Path(f"/proc/{proc.pid}/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return proc.memory_info().rss
-
-
 class MemoryWatch:
     """``with MemoryWatch(run_id) as watch:`` read, every ``interval`` seconds in a thread, the
     processes below this one that carry ``RUN_MARKER=run_id`` (the kernel, which is this process's
@@ -876,12 +864,15 @@ class MemoryWatch:
             if not self._is_marked(proc):
                 continue
             try:
-                peak, rss, parent = peak_rss_bytes(proc), proc.memory_info().rss, proc.ppid()
-                key = (proc.pid, proc.create_time())
+                parent, key = proc.ppid(), (proc.pid, proc.create_time())
+                status = memory_status(proc.pid)  # one read of /proc/<pid>/status
+                if status is None:  # off Linux: the current RSS for the peak, and no anonymous part
+                    rss = proc.memory_info().rss
+                    status = MemoryStatus(peak=rss, rss=rss, anon=0)
             except psutil.Error:
                 continue
-            anon = anon_bytes(proc.pid) or 0  # 0 off Linux, or for a process that just ended
-            tree, tree_anon = tree + rss, tree_anon + anon
+            peak, anon = status.peak, status.anon
+            tree, tree_anon = tree + status.rss, tree_anon + anon
             if parent == me:
                 peaks.kernel_bytes = max(peaks.kernel_bytes, peak)
                 peaks.kernel_anon_bytes = max(peaks.kernel_anon_bytes, anon)

@@ -181,6 +181,8 @@ def measure(
         folder, export_dir, components=text_to_image_components(folder), weight_dtype="fp32", progress=False
     )
     unet_xml = export_dir / "unet" / "openvino_model.xml"
+    if replay is not None:  # a search of another layout: refused before calibration and quantization
+        accuracy_control.check_replay(unet_xml, replay["reverted"])
     pipe = OVPipeline.from_pretrained(export_dir, precision="f32")
     common = dict(steps=steps, guidance_scale=guidance_scale, size=size)
     calibration = calibrate_on_training_captions(pipe, work / "calibration", **common, seed=seed)
@@ -217,7 +219,6 @@ def measure(
     reverted = (replay or search)["reverted"]
     if reverted:
         replayed = work / f"unet_{variant}_replayed.xml"
-        accuracy_control.check_replay(unet_xml, reverted)
         ignored = accuracy_control.replay_ignored(reverted)
         quantize.quantize_ir(
             unet_xml, replayed, variant, calibration.folder, subset_size=64, ignored=ignored, **knobs
