@@ -173,7 +173,6 @@ def group_of(nodeid: str) -> str:
     return GROUPS.get(module, module)
 
 
-@pytest.hookimpl(optionalhook=True)
 @pytest.hookimpl(tryfirst=True)
 def pytest_pyfunc_call(pyfuncitem):
     """A test marked ``every_cpu`` needs more than one CPU thread in OpenVINO (on one thread, the
@@ -203,6 +202,7 @@ def pytest_pyfunc_call(pyfuncitem):
     return True
 
 
+@pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config, log):
     """``--dist loadgroup``: whole groups to one worker each, the largest first."""
     if config.getvalue("dist") != "loadgroup":
