@@ -295,7 +295,6 @@ def ov_row(
     import time
 
     from sdaccel.cpu.pipeline import OVPipeline
-    from sdaccel.cpu.precision import runtime_precisions
 
     start = time.perf_counter()
     pipe = OVPipeline.from_pretrained(folder, precision="auto", scheduler=scheduler, vae=vae)
@@ -307,22 +306,25 @@ def ov_row(
         return pipe.generate(PROMPT, steps=n, guidance_scale=guidance, height=size, width=size, seed=0)
 
     timed = _timed(call, steps, runs, lambda: call(warmup_steps), compose)
+    return {**timed, **ov_record(pipe, pipe.unet, guidance, load_s)}
+
+
+def ov_record(pipe, unet, guidance: float | None, load_s: float) -> dict:
+    """What every OpenVINO row records beside its timings, one rule for ov_row and stack_row: the
+    load time, the precision hint as the plugin reports it, the output precision of ``unet``'s heavy
+    layers as it ran, the UNet's batch per image and the scheduler. The batch is 2 (the prompt and
+    its negative) when the guidance asked for (``None``: the pipeline's default) is above 1 and the
+    model does not embed guidance, else 1."""
+    from sdaccel.cpu.precision import runtime_precisions
+
+    scale = guidance if guidance is not None else pipe.defaults.guidance_scale
     return {
-        **timed,
         "load_s": load_s,
         "precision": pipe.precisions,  # INFERENCE_PRECISION_HINT as the plugin reports it
-        "unet_layers": runtime_precisions(pipe.unet),  # output precision of the heavy layers
-        "unet_batch": unet_batch(pipe, guidance),
+        "unet_layers": runtime_precisions(unet),  # output precision of the heavy layers
+        "unet_batch": 2 if scale > 1 and not pipe.guidance_embedded else 1,
         "scheduler": pipe.scheduler_class.__name__,
     }
-
-
-def unet_batch(pipe, guidance: float | None) -> int:
-    """The UNet's batch per image in an OpenVINO row: 2 (the prompt and its negative) when the
-    guidance asked for (``None``: the pipeline's default) is above 1 and the model does not embed
-    guidance, else 1. One rule for ov_row and stack_row."""
-    scale = guidance if guidance is not None else pipe.defaults.guidance_scale
-    return 2 if scale > 1 and not pipe.guidance_embedded else 1
 
 
 def jax_row(
@@ -772,7 +774,6 @@ def stack_row(
 
     from sdaccel.cpu.deepcache import DeepCache
     from sdaccel.cpu.pipeline import OVPipeline
-    from sdaccel.cpu.precision import runtime_precisions
 
     start = time.perf_counter()
     pipe = OVPipeline.from_pretrained(folder, precision="auto", static=(1, size, size))
@@ -789,11 +790,8 @@ def stack_row(
     timed = _timed(call, steps, runs, warmup, None)
     return {
         **timed,
-        "load_s": load_s,
-        "precision": pipe.precisions,
-        "unet_layers": runtime_precisions(cache.models["full"]),  # DeepCache's full UNet, as it ran
-        "unet_batch": unet_batch(pipe, None),  # the pipeline's own guidance, as call() runs it
-        "scheduler": pipe.scheduler_class.__name__,
+        # DeepCache's full UNet, as it ran; the pipeline's own guidance, as call() runs it
+        **ov_record(pipe, cache.models["full"], None, load_s),
         "deepcache": {
             "interval": interval,
             "unet_calls_per_image": {k: v / runs for k, v in cache.calls.items()},
