@@ -133,11 +133,15 @@ NOTEBOOKS = {
         ),
         # full: the JAX pipeline in bf16 on the host while it loads, plus diffusers' fp32 reference
         Notebook("01_sdxl_in_jax", "TPU v5e", Needs(3.0, 0.1), Needs(24.0, 0.5), {"sdxl": None}),
+        # full: the rehearsal measured 13.6 GiB anonymous at most (benchmarks/results/rehearsal.json):
+        # the plan cell, which compiles the SDXL program for a v5e-4 on the host
         Notebook(
-            "02_sharding_across_cores", "TPU v5e-4/-8", Needs(3.0, 0.1), Needs(12.0, 0.5), {"sdxl": None}
+            "02_sharding_across_cores", "TPU v5e-4/-8", Needs(3.0, 0.1), Needs(14.0, 0.5), {"sdxl": None}
         ),
-        # full: the float32 comparison loads a second copy of the weights
-        Notebook("03_tpu_performance", "TPU v5e", Needs(3.0, 0.5), Needs(16.0, 2.0), {"sdxl": None}),
+        # full: the float32 comparison loads a second copy of the weights. The rehearsal (which leaves
+        # it out) measured 16.5 GiB anonymous at most (benchmarks/results/rehearsal.json): the buckets
+        # cell, after the batch sweep, with the bf16 weights and the programs of every shape so far
+        Notebook("03_tpu_performance", "TPU v5e", Needs(3.0, 0.5), Needs(18.0, 2.0), {"sdxl": None}),
         # full: the f32 OpenVINO export of SD 1.5 (about 4 GB) under build/. The rehearsal measured
         # 12.2 GiB anonymous at most (benchmarks/results/rehearsal.json): the parity check, diffusers'
         # f32 pipeline beside OpenVINO's default one
