@@ -218,6 +218,7 @@ def test_the_runner_records_wall_time_and_peak_memory(tmp_path, smoke_settings_o
     assert table[0].startswith("| notebook | status | wall min | kernel GiB (anonymous) | largest child GiB")
     assert f"| {row['largest_child_peak_gib']:.2f} ({row['largest_child_anon_gib']:.2f}) |" in table[3]
     assert f"| In [4] ({top['tree_anon_gib']:.2f}) |" in table[3]
+    assert row["found_from_earlier"] == [] and "| nothing |" in table[3]  # a first run
     assert table[2].startswith("| 00_other | failed |") and table[3].startswith("| 01_memory | ok |")
 
 
@@ -272,3 +273,44 @@ def test_a_failure_is_placed_at_the_cell_that_raised_or_else_the_last_one_starte
     assert said.startswith("cell 1 (In [7], '# one UNet call'), the last one that started")
     assert "(RuntimeError: Kernel died)" in said
     assert run_notebooks.failed_cell(tmp_path / "missing.ipynb") == "an unknown cell"
+
+
+def test_what_a_run_started_with_from_earlier_runs_is_named_per_row(tmp_path):
+    """The shared caches (exports, plans) and the notebook's own reusable folders that a run found
+    and left as they were: a row that read them back is not a first run's time."""
+    import os
+
+    outputs = tmp_path / "outputs"
+    for path in (
+        "openvino/sd15-fp32/unet.xml",
+        "tpu-plan/v5e-4-b1-aaaa.json",
+        "tpu-plan/v5e-1-b1-bbbb.json",
+        "01_x/openvino/lesson/model.xml",
+        "01_x/results.json",  # the notebook's own outputs: made again by every run
+        "01_x.previous/results.json",
+        "02_y/jax-cache/entry",
+        ".01_x.earlier/results.json",
+    ):
+        (outputs / path).parent.mkdir(parents=True, exist_ok=True)
+        (outputs / path).write_text("x")
+    stems = ["01_x", "02_y"]
+    before = run_notebooks.cache_entries(outputs, "01_x", stems)
+    assert sorted(before) == [
+        "01_x/openvino/lesson",
+        "openvino/sd15-fp32",
+        "tpu-plan/v5e-1-b1-bbbb.json",
+        "tpu-plan/v5e-4-b1-aaaa.json",
+    ]
+    # the run compiles one plan again (a new file in its place) and adds another
+    plan = outputs / "tpu-plan" / "v5e-4-b1-aaaa.json"
+    os.utime(plan, (plan.stat().st_atime, plan.stat().st_mtime + 10))
+    (outputs / "tpu-plan" / "v5e-4-b1-cccc.json").write_text("x")
+    after = run_notebooks.cache_entries(outputs, "01_x", stems)
+    found = run_notebooks.found_from_earlier(before, after)
+    assert found == ["01_x/openvino/lesson", "openvino/sd15-fp32", "tpu-plan/v5e-1-b1-bbbb.json"]
+    row = {"notebook": "01_x", "status": "ok", "wall_min": 1.0, "children": 0, "found_from_earlier": found}
+    row.update({f"{part}_peak_gib": 1.0 for part in ("kernel", "largest_child", "tree")})
+    assert "| 01_x/openvino/: 1, openvino/: 1, tpu-plan/: 1 |" in run_notebooks.format_summary([row])
+    del row["found_from_earlier"]  # a row recorded before the runner kept it
+    assert "| not recorded |" in run_notebooks.format_summary([row])
+    assert run_notebooks.cache_entries(tmp_path / "none", "01_x", stems) == {}

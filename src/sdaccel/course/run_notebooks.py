@@ -46,6 +46,8 @@ import subprocess
 import sys
 import time
 import uuid
+from collections import Counter
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -323,6 +325,36 @@ class Run:
     memory: dict | None = None
     #: the cells during which the run held the most memory (:func:`cell_peaks`)
     cells: list[dict] | None = None
+    #: what it started with from earlier runs and left as it was (:func:`found_from_earlier`)
+    found: list[str] | None = None
+
+
+def cache_entries(outputs: Path, own: str, notebooks: Iterable[str]) -> dict[str, float]:
+    """What a notebook's run can read back from earlier runs instead of making it: each entry of
+    the folders of ``outputs`` that belong to no notebook (the OpenVINO exports of ``openvino/``,
+    the TPU plans of ``tpu-plan/``) and of its own reusable folders (:data:`REUSED`), as its path
+    relative to ``outputs`` -> its modification time. ``own``: the notebook's stem; ``notebooks``:
+    every notebook's stem (their folders, and their hidden and ``.previous`` ones, are theirs)."""
+    stems = set(notebooks)
+    folders = [
+        d
+        for d in (sorted(outputs.iterdir()) if outputs.is_dir() else [])
+        if d.is_dir() and not d.name.startswith(".") and d.name.removesuffix(".previous") not in stems
+    ]
+    folders += [outputs / own / name for name in REUSED if (outputs / own / name).is_dir()]
+    return {
+        entry.relative_to(outputs).as_posix(): entry.lstat().st_mtime
+        for folder in folders
+        for entry in sorted(folder.iterdir())
+        if not entry.name.startswith(".")
+    }
+
+
+def found_from_earlier(before: dict[str, float], after: dict[str, float]) -> list[str]:
+    """The entries of :func:`cache_entries` that a run started with and left as they were: what it
+    may have read back (an export, a compiled plan) where a first run makes it. Its time is then
+    not a first run's."""
+    return sorted(path for path, mtime in before.items() if after.get(path) == mtime)
 
 
 def discover(notebook_dir: Path = NOTEBOOKS) -> list[Path]:
@@ -660,6 +692,8 @@ def execute(
             end_run_processes(stale.run_id)
             print(f"  (an earlier run was stopped: {settle_run(run.note)})", flush=True)
         # 2. Record the run (before anything moves), set the earlier outputs aside, start the guard
+        stems = [p.stem for p in discover(notebook.parent)]
+        caches = cache_entries(run.output_dir.parent, notebook.stem, stems)
         run.run_id, run.had_outputs = uuid.uuid4().hex, run.output_dir.exists()
         run.write()
         guard = None
@@ -686,7 +720,8 @@ def execute(
                 print(f"Interrupted: {settled}{again}", file=sys.stderr, flush=True)
             raise
         stop_guard(guard, run)
-    measured = Run(notebook, run.executed, run.output_dir, seconds, started, run.memory, run.cells)
+    found = found_from_earlier(caches, cache_entries(run.output_dir.parent, notebook.stem, stems))
+    measured = Run(notebook, run.executed, run.output_dir, seconds, started, run.memory, run.cells, found)
     if error is not None and not run.finished:
         failed = NotebookFailed(
             f"{notebook.name} failed before it ran a cell ({type(error).__name__}: {error}); its earlier "
@@ -963,6 +998,7 @@ def summary_row(run: Run, profile: str, status: str) -> dict:
         "tree_anon_gib": round(memory.tree_anon_bytes / gib, 2),
         "children": memory.children,
         "peak_cells": run.cells,
+        "found_from_earlier": run.found,
         "overrides": _profile_table(profile).get(run.notebook.stem, {}),  # as written ({repo}, {checkpoints})
         **machine_row(),  # per row: a profile's rows may come from runs on different machines
     }
@@ -1001,19 +1037,30 @@ def format_summary(rows: list[dict]) -> str:
     """The rows as a Markdown table: wall minutes and the peaks of the kernel, its largest child
     and the whole tree, in GiB, each with its anonymous part in brackets (``-`` where a row was
     recorded without it), the cell during which the tree held the most anonymous memory (its "In
-    [n]" and GiB; ``-`` for a row recorded without it), and the CPU that ran it."""
+    [n]" and GiB; ``-`` for a row recorded without it), what it started with from earlier runs
+    (:func:`found_from_earlier`, counted per folder: a row that did is not a first run's time; "not
+    recorded" for a row recorded without it), and the CPU that ran it."""
     lines = [
         "| notebook | status | wall min | kernel GiB (anonymous) | largest child GiB (anonymous) "
-        "| tree GiB (anonymous) | children | cell with the most (GiB) | CPU (ISA tier), cores |",
-        "|---|---|---:|---:|---:|---:|---:|---|---|",
+        "| tree GiB (anonymous) | children | cell with the most (GiB) | started with, from earlier runs "
+        "| CPU (ISA tier), cores |",
+        "|---|---|---:|---:|---:|---:|---:|---|---|---|",
     ]
     for r in rows:
         cpu = f"{r.get('cpu', '?')} ({r.get('isa_tier', '?')}), {r.get('cpus', '?')}"
         lines.append(
             f"| {r['notebook']} | {r['status']} | {r['wall_min']:.1f} | {_peak(r, 'kernel')} | "
-            f"{_peak(r, 'largest_child')} | {_peak(r, 'tree')} | {r['children']} | {_top_cell(r)} | {cpu} |"
+            f"{_peak(r, 'largest_child')} | {_peak(r, 'tree')} | {r['children']} | {_top_cell(r)} | "
+            f"{_found(r)} | {cpu} |"
         )
     return "\n".join(lines)
+
+
+def _found(row: dict) -> str:
+    if row.get("found_from_earlier") is None:
+        return "not recorded"
+    folders = Counter(path.rsplit("/", 1)[0] for path in row["found_from_earlier"])
+    return ", ".join(f"{folder}/: {n}" for folder, n in sorted(folders.items())) or "nothing"
 
 
 def _top_cell(row: dict) -> str:
