@@ -186,12 +186,15 @@ def pytest_pyfunc_call(pyfuncitem):
     import sys
     import tempfile
 
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}  # not a worker
+    if "ov_exports" in pyfuncitem.funcargs:  # the worker's exports, made already: read, not made again
+        env[OV_EXPORTS_VAR] = str(pyfuncitem.funcargs["ov_exports"])
     with tempfile.TemporaryDirectory(prefix="every-cpu-") as basetemp:
         run = subprocess.run(
             [sys.executable, "-m", "pytest", "-n", "0", "-p", "no:cacheprovider", "-q"]
             + ["--basetemp", str(Path(basetemp) / "t"), pyfuncitem.nodeid],
             cwd=REPO,
-            env={k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")},  # not a worker
+            env=env,
             capture_output=True,
             text=True,
             timeout=900,
@@ -331,6 +334,19 @@ def mapped_rss():
         return total
 
     return resident
+
+
+#: Where the process that a test marked ``every_cpu`` runs again in finds the exports of the worker
+#: that started it (:func:`pytest_pyfunc_call`): the worker waits, so the folder is whole and still.
+OV_EXPORTS_VAR = "SDACCEL_TEST_OV_EXPORTS"
+
+
+@pytest.fixture(scope="session")
+def ov_exports(tmp_path_factory) -> Path:
+    """The session folder of OpenVINO exports that the modules of the ``"ov-exports"`` group share
+    (each checkpoint exported once); in an ``every_cpu`` test's own process, its worker's."""
+    given = os.environ.get(OV_EXPORTS_VAR)
+    return Path(given) if given else tmp_path_factory.getbasetemp() / "ov-exports"
 
 
 @pytest.fixture(scope="session")

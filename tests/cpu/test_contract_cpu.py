@@ -45,14 +45,13 @@ def leftovers(parent) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def exports(tmp_path_factory, tiny_sd15, tiny_sdxl):
+def exports(ov_exports, tiny_sd15, tiny_sdxl):
     """What text-to-image needs, in the session folder that test_cpu_pipeline.py also uses (the
     second export of a session is a no-op)."""
-    root = tmp_path_factory.getbasetemp() / "ov-exports"
     return {
         name: (
             src,
-            export_pipeline(src, root / name, components=text_to_image_components(src), progress=False),
+            export_pipeline(src, ov_exports / name, components=text_to_image_components(src), progress=False),
         )
         for name, src in (("tiny-sd15", tiny_sd15), ("tiny-sdxl", tiny_sdxl))
     }

@@ -39,9 +39,8 @@ def _export(root, src):
 
 
 @pytest.fixture(scope="module")
-def exports(tmp_path_factory, tiny_sd15, tiny_sdxl):
-    root = tmp_path_factory.getbasetemp() / "ov-exports"
-    return {src.name: _export(root, src) for src in (tiny_sd15, tiny_sdxl)}
+def exports(ov_exports, tiny_sd15, tiny_sdxl):
+    return {src.name: _export(ov_exports, src) for src in (tiny_sd15, tiny_sdxl)}
 
 
 @pytest.fixture(scope="module")
@@ -213,14 +212,14 @@ FLOORS = {
 
 
 @pytest.mark.parametrize("name", sorted(FLOORS))
-def test_deepcache_quality_on_trained_shapes(tmp_path_factory, name, record_property):
+def test_deepcache_quality_on_trained_shapes(ov_exports, name, record_property):
     from sdaccel.cpu.quality import compare_images
     from sdaccel.toy import dataset
 
     src = REPO / "checkpoints" / name
     if not (src / "model_index.json").is_file():
         pytest.skip(f"{src} is not there (trained by sdaccel.toy.train)")
-    folder, deep = _export(tmp_path_factory.getbasetemp() / "ov-exports", src)
+    folder, deep = _export(ov_exports, src)
     pipe = OVPipeline.from_pretrained(folder, precision="f32")
     parts = compile_parts(deep, pipe)
     prompts = dataset.heldout_prompts(16)

@@ -29,16 +29,15 @@ F32 = {"INFERENCE_PRECISION_HINT": "f32"}
 
 
 @pytest.fixture(scope="session")
-def exports(tmp_path_factory, tiny_sd15, tiny_sdxl):
+def exports(ov_exports, tiny_sd15, tiny_sdxl):
     """Both tiny checkpoints exported once per session. The folder is shared with
     test_cpu_pipeline.py, whose own call finds the export complete and does nothing."""
-    root = tmp_path_factory.getbasetemp() / "ov-exports"
     return {  # the VAE encoder is the same for both: exported and tested once, with SD 1.5
-        "tiny-sd15": (tiny_sd15, export_pipeline(tiny_sd15, root / "tiny-sd15", progress=False)),
+        "tiny-sd15": (tiny_sd15, export_pipeline(tiny_sd15, ov_exports / "tiny-sd15", progress=False)),
         "tiny-sdxl": (
             tiny_sdxl,
             export_pipeline(
-                tiny_sdxl, root / "tiny-sdxl", text_to_image_components(tiny_sdxl), progress=False
+                tiny_sdxl, ov_exports / "tiny-sdxl", text_to_image_components(tiny_sdxl), progress=False
             ),
         ),
     }

@@ -27,14 +27,13 @@ SIZE = {"height": 64, "width": 64}
 
 
 @pytest.fixture(scope="session")
-def exports(tmp_path_factory, tiny_sd15, tiny_sdxl):
+def exports(ov_exports, tiny_sd15, tiny_sdxl):
     """The same session folder as test_cpu_export.py: after that file's full export, this call is
     a no-op (the folder is complete); run alone, it exports what text-to-image needs."""
-    root = tmp_path_factory.getbasetemp() / "ov-exports"
     return {
         name: (
             src,
-            export_pipeline(src, root / name, components=text_to_image_components(src), progress=False),
+            export_pipeline(src, ov_exports / name, components=text_to_image_components(src), progress=False),
         )
         for name, src in (("tiny-sd15", tiny_sd15), ("tiny-sdxl", tiny_sdxl))
     }

@@ -37,13 +37,14 @@ def _has(capability: str) -> bool:
 
 
 @pytest.fixture(scope="module")
-def export(tmp_path_factory):
+def export(ov_exports):
     """The text-to-image export of tiny-shapes-sd15, in the session folder that test_deepcache.py
     also exports it to (a run of both exports once)."""
     if not (SD15 / "model_index.json").is_file():
         pytest.skip(f"{SD15} is not there (trained by sdaccel.toy.train)")
-    root = tmp_path_factory.getbasetemp() / "ov-exports"
-    return export_pipeline(SD15, root / SD15.name, components=text_to_image_components(SD15), progress=False)
+    return export_pipeline(
+        SD15, ov_exports / SD15.name, components=text_to_image_components(SD15), progress=False
+    )
 
 
 @pytest.fixture
