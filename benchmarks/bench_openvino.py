@@ -32,9 +32,11 @@ its negative, as with classifier-free guidance) and 64x64 latents (512x512 image
 ``full_int8_accuracy_control``, ``full_int8_sensitive_4`` (asked for by name; SD 1.5 only)
                   full INT8 with the layers that the SD 1.5-layout toy's accuracy control gave
                   back to float (SmoothQuant off, as its search ran), or the 4 costliest groups of
-                  its sensitivity ranking, kept in float: the toy's recipes replayed at real size,
-                  read from ``benchmarks/results/accuracy_control_tiny-shapes-sd15.json`` and
-                  ``sensitivity_tiny-shapes-sd15.json``. Their quality is the toy's, in those files.
+                  its sensitivity ranking, kept in float: the toy's recipes replayed at real size
+                  (``sdaccel.toy.replayed_recipes``), read from ``--accuracy-control-json``
+                  (default ``benchmarks/results/accuracy_control_31_tiny-shapes-sd15_xeon_amx.json``)
+                  and ``benchmarks/results/sensitivity_tiny-shapes-sd15.json``. Their quality is
+                  the toy's, in those files.
 
 Every measurement runs in its own child process (``run_with_memory_limit``), one after the
 other, so the variants do not share caches or memory, nothing stays resident between them, and
@@ -184,6 +186,7 @@ from sdaccel.cpu.deepcache import cached_shape
 from sdaccel.cpu.precision import CANDIDATES
 from sdaccel.cpu.quantize import SENSITIVE_LAYER_PATTERNS, quantize_ir
 from sdaccel.cpu.tome import check_ratio
+from sdaccel.toy import replayed_recipes
 from sdaccel.toy.adherence import FLOAT_GROUP_VARIANTS
 from sdaccel.toy.random_checkpoints import BUILDERS, ensure_tiny
 
@@ -199,14 +202,9 @@ VARIANTS = (
     "full_int8_sensitive_4",
 )
 #: Recipes found on the trained SD 1.5-layout toy and replayed on the real SD 1.5 UNet, whose own
-#: search or ranking would take hours: name -> the committed result (benchmarks/results) they read.
-#: The same export code names the layers of both alike; a UNet without those layers is refused.
-TOY_RECIPES = {
-    # the operations NNCF's accuracy control gave back to float (sdaccel.toy.accuracy_control), SmoothQuant off
-    "full_int8_accuracy_control": "accuracy_control_tiny-shapes-sd15.json",
-    # the 4 costliest layer groups of the sensitivity ranking (sdaccel.toy.sensitivity_quality)
-    "full_int8_sensitive_4": "sensitivity_tiny-shapes-sd15.json",
-}
+#: search or ranking would take hours (sdaccel.toy.replayed_recipes). The same export code names the
+#: layers of both alike; a UNet without those layers is refused.
+TOY_RECIPES = replayed_recipes.NAMES
 RESULTS = Path(__file__).resolve().parent / "results"
 INT8 = ("int8_weights", "hybrid", "full_int8", "full_int8_float_resnets", *TOY_RECIPES)
 #: INT8 variants with one more layer group kept in float: name -> (recipe, the group's pattern, added
@@ -483,36 +481,21 @@ def recipe_knobs(variant: str, smooth_quant: bool, args) -> tuple[str, dict]:
 
 
 def toy_recipe_knobs(variant: str, args) -> dict:
-    """The knobs of a :data:`TOY_RECIPES` variant, read from its committed result: full INT8 with the
-    toy's float layers added to the sensitive ones (accuracy control's with SmoothQuant off, as its
-    search ran; the sensitivity recipe's as ``sdaccel.toy.sensitivity_quality`` quantized it)."""
-    from sdaccel.cpu.accuracy_control import replay_ignored
-    from sdaccel.cpu.sensitivity import float_group_patterns
-
-    found = json.loads((RESULTS / TOY_RECIPES[variant]).read_text())
-    if variant == "full_int8_accuracy_control":
-        knobs = {"ignored": replay_ignored(found["search"]["reverted"]), "smooth_quant_alpha": None}
-    else:
-        k = int(variant.rsplit("_", 1)[1])
-        knobs = {"ignored": [*SENSITIVE_LAYER_PATTERNS, *float_group_patterns(found["ranking"], k)]}
+    """The knobs of a :data:`TOY_RECIPES` variant, read from the result it replays
+    (:func:`toy_recipe_file`): full INT8 with the toy's float layers added to the sensitive ones
+    (accuracy control's with SmoothQuant off, as its search ran)."""
+    knobs = replayed_recipes.knobs(variant, toy_recipe_file(variant, args))
     if args.no_bias_correction:
         knobs["bias_correction"] = False
     return knobs
 
 
-def check_toy_recipe(ir, variant: str, ignored: list[str]) -> None:
-    """Refuse a toy recipe whose float layers ``ir`` lacks (a UNet of another layout): an ignored
-    scope would pass over them and quantize everything."""
-    from sdaccel.cpu.quantize import unmatched_patterns
-
-    missing = unmatched_patterns(ir, [p for p in ignored if p not in SENSITIVE_LAYER_PATTERNS])
-    if missing:
-        raise ValueError(
-            f"{variant} keeps in float layers found on the SD 1.5-layout toy ({TOY_RECIPES[variant]}); "
-            f"this UNet has no layer matching {missing[0]!r}"
-            + (f", nor {len(missing) - 1} more of them" if len(missing) > 1 else "")
-            + ": time it on sd15."
-        )
+def toy_recipe_file(variant: str, args) -> Path:
+    """The result a :data:`TOY_RECIPES` variant replays: ``--accuracy-control-json`` for the
+    accuracy control, the committed ranking for the others."""
+    if variant == replayed_recipes.ACCURACY_CONTROL and args.accuracy_control_json:
+        return Path(args.accuracy_control_json)
+    return replayed_recipes.found_file(variant, RESULTS)
 
 
 def _quantize_unet(model, variant, xml, source, calibration, smooth_quant, args, work, result) -> bool:
@@ -532,9 +515,9 @@ def _quantize_unet(model, variant, xml, source, calibration, smooth_quant, args,
     if "ignored" in knobs:
         extra["kept_in_float"] = knobs["ignored"]
     if variant in TOY_RECIPES:
-        extra["found_on"] = TOY_RECIPES[variant]
+        extra["found_on"] = toy_recipe_file(variant, args).name
         try:
-            check_toy_recipe(quant_source, variant, knobs["ignored"])
+            replayed_recipes.check(quant_source, variant, knobs)
         except ValueError as error:
             print(f"  quantize {variant}: refused: {error}", flush=True)
             result["quantization"][variant] = {"ok": False, "error": str(error), **extra}
@@ -1120,6 +1103,12 @@ def parse_args(argv=None):
         help="UNet variants to time (none: only --choose-precision); the default leaves out the toy's "
         f"recipes replayed at real size ({', '.join(TOY_RECIPES)}: SD 1.5 only)",
     )
+    parser.add_argument(
+        "--accuracy-control-json",
+        default=None,
+        help="the accuracy-control search that full_int8_accuracy_control replays (default: "
+        f"{replayed_recipes.found_file(replayed_recipes.ACCURACY_CONTROL, 'benchmarks/results')})",
+    )
     parser.add_argument("--levers", nargs="*", choices=LEVERS, default=[])
     parser.add_argument("--iters", type=int, default=3, help="timed UNet calls per variant (median reported)")
     parser.add_argument("--warmup", type=int, default=1, help="untimed calls first")
@@ -1248,6 +1237,11 @@ def parse_args(argv=None):
                 check_ratio(ratio)
             except ValueError as error:
                 parser.error(f"{flag}: {error}")
+    for variant in (v for v in args.variants if v in TOY_RECIPES):  # the result it replays, readable
+        try:
+            toy_recipe_knobs(variant, args)
+        except (OSError, ValueError) as error:
+            parser.error(f"{variant}: {error}")
     return args
 
 

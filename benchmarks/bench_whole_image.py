@@ -20,7 +20,12 @@ row                    what runs
 ``torch_fp32_20``      diffusers' own pipeline in PyTorch f32, 20 steps, default guidance (CFG: the
                        UNet sees a batch of 2); the baseline of every ratio
 ``ov_float_20``        ``OVPipeline`` in the precision ``sdaccel.cpu.precision`` measures fastest
-``ov_<variant>_20``    the same with the UNet quantized: ``int8_weights``, ``hybrid``, ``full_int8``
+``ov_<variant>_20``    the same with the UNet quantized: ``int8_weights``, ``hybrid``, ``full_int8``;
+                       ``full_int8_accuracy_control`` and ``full_int8_sensitive_4`` (SD 1.5 only):
+                       full INT8 with the layers the SD 1.5-layout toy's accuracy control gave back
+                       to float, or its 4 most sensitive groups, in float (the toy's recipes
+                       replayed, ``sdaccel.toy.replayed_recipes``; ``--accuracy-control-json``
+                       names the search; their picture is the toy's)
 ``ov_stack_20``        the levers stacked that keep the toy's picture (``sdaccel.toy.stack_quality``,
                        whose recipe it imports): the pipeline compiled static, and every step run by
                        DeepCache at ``--stack-interval`` (3) from its two UNets, both quantized full
@@ -37,7 +42,8 @@ row                    what runs
 ====================== ============================================================================
 
 ``sdxl`` runs by default every row but ``ov_int8_weights_20`` and ``ov_hybrid_20`` (full INT8 was
-the fastest INT8 recipe of SD 1.5; ``--rows`` names any). SDXL's VAE config says ``force_upcast``
+the fastest INT8 recipe of SD 1.5; ``--rows`` names any), the stack and the replayed recipes
+(found on an SD 1.5-layout toy: SDXL's UNet lacks their layers, and ``--rows`` refuses them). SDXL's VAE config says ``force_upcast``
 (its activations overflow float16): no row here runs it in float16 (PyTorch and JAX in f32,
 OpenVINO in f32 or bf16, which has f32's range). ``--reuse`` is for ``sd15`` only.
 
@@ -100,9 +106,11 @@ from sdaccel.course.whole_image_rows import (
     JAX_LCM4_LORA_TAESD,
     LCM4_LORA_INT8_TAESD,
     LCM_ROWS,
+    OV_ACCURACY_CONTROL_20,
     OV_FLOAT_20,
     OV_HYBRID_20,
     OV_INT8_WEIGHTS_20,
+    OV_SENSITIVE_4_20,
     OV_STACK_20,
     TORCH_FP32_20,
     is_openvino,
@@ -111,11 +119,15 @@ from sdaccel.course.whole_image_rows import (
     ov_row_variant,
 )
 from sdaccel.cpu.benchmark import machine_info, run_child, summarize_run
+from sdaccel.toy import replayed_recipes
 from sdaccel.toy.distill_config import TARGET_MODULES
 from sdaccel.toy.random_checkpoints import build_random_checkpoint
 
 PROMPT = "a photo of an astronaut riding a horse on mars"
 QUANT_VARIANTS = ("int8_weights", "hybrid", "full_int8")
+#: The toy's recipes replayed on the UNet (SD 1.5 only), quantized from the same calibration.
+REPLAYED = replayed_recipes.NAMES
+RESULTS = Path(__file__).resolve().parent / "results"
 #: What ``--reuse`` takes, and the command that made it.
 REUSE = {
     "sd15": {
@@ -130,8 +142,13 @@ QUICK_CHECKPOINT = {"sd15": "checkpoints/tiny-shapes-sd15", "sdxl": "checkpoints
 DEFAULT_ROWS = {
     "sd15": ROWS,
     # SDXL: the fastest INT8 recipe of SD 1.5 (full INT8) stands for "the best INT8" at 20 steps;
-    # the stack, measured per UNet step on SD 1.5 only, on SD 1.5 only
-    "sdxl": tuple(r for r in ROWS if r not in (OV_INT8_WEIGHTS_20, OV_HYBRID_20, OV_STACK_20)),
+    # the stack, measured per UNet step on SD 1.5 only, on SD 1.5 only; the toy's recipes replayed,
+    # found on an SD 1.5-layout toy, on SD 1.5 only
+    "sdxl": tuple(
+        r
+        for r in ROWS
+        if r not in (OV_INT8_WEIGHTS_20, OV_HYBRID_20, OV_STACK_20, OV_ACCURACY_CONTROL_20, OV_SENSITIVE_4_20)
+    ),
 }
 #: How the random checkpoint's weights are stored (the loaders upcast: timing does not change).
 WEIGHT_DTYPE = {"sd15": "fp32", "sdxl": "fp16"}
@@ -603,6 +620,19 @@ def prepare(bench: Bench, args) -> dict:
             reused_from=reuse["command"] if reuse and xml.is_file() else None,
         )
         paths[f"unet_{variant}"] = str(xml)
+    for name in REPLAYED:
+        if ov_row_key(name) not in rows:
+            continue
+        if not _made(calib):
+            _calibrate(bench, args, str(f32), calib, None, None)
+        xml = work / f"unet_{name}.xml"
+        found = replayed_file(name, args)
+        bench.artifact(
+            f"unet_{name}", f"quantize the UNet: {name} (replayed from {found.name})", _quantize_replayed,
+            str(f32 / "unet" / "openvino_model.xml"), str(xml), name, str(found), str(calib),
+            args.calib_samples, path=xml, limit_gb=args.quant_memory_gb + 4,
+        )  # fmt: skip
+        paths[f"unet_{name}"] = str(xml)
     if OV_STACK_20 in rows:
         # DeepCache's two UNets from the checkpoint, both quantized by the stack's INT8 recipe
         if not _made(calib):
@@ -746,6 +776,31 @@ def _quantize(src_xml, dst_xml, variant, calibration, samples, max_memory_gb, pa
     )
 
 
+def replayed_file(name: str, args) -> Path:
+    """The result a replayed recipe reads: ``--accuracy-control-json`` for the accuracy control,
+    the committed one in ``benchmarks/results`` otherwise."""
+    if name == replayed_recipes.ACCURACY_CONTROL and args.accuracy_control_json:
+        return Path(args.accuracy_control_json)
+    return replayed_recipes.found_file(name, RESULTS)
+
+
+def _quantize_replayed(src_xml, dst_xml, name, found, calibration, samples) -> dict:
+    """Child: full INT8 of ``src_xml`` with what the toy's ``name`` keeps in float (read from
+    ``found``), refused before any work on a UNet that lacks those layers; in one piece (SD 1.5's
+    UNet fits: the stack's quantization of two UNets does)."""
+    from sdaccel.cpu.quantize import quantize_ir
+
+    knobs = replayed_recipes.knobs(name, found)
+    replayed_recipes.check(src_xml, name, knobs)
+    quantize_ir(src_xml, dst_xml, replayed_recipes.RECIPE, calibration, samples, **knobs)
+    return {
+        "recipe": replayed_recipes.RECIPE,
+        "found_on": Path(found).name,
+        "kept_in_float": replayed_recipes.kept_in_float(knobs),
+        "smooth_quant": knobs.get("smooth_quant_alpha", 0.95) is not None,
+    }
+
+
 def deepcache_irs(src: str, export_dir: str) -> dict:
     """Child: DeepCache's full and shallow IRs of ``src``, into ``<export_dir>/unet_deepcache``."""
     from sdaccel.cpu.deepcache import export_deepcache
@@ -826,7 +881,11 @@ def measure(bench: Bench, args, paths: dict) -> None:
         elif (variant := ov_row_variant(key)) is not None:
             xml = paths.get(f"unet_{variant}")
             fn_args = (paths["export"], xml, steps, None, size, runs, wsteps, None, None, compose)
-            plan.append((key, f"OpenVINO {variant} UNet, {steps} steps{long}", ov_row, fn_args, composed))
+            name = f"{variant} UNet"
+            if variant in REPLAYED:
+                found = replayed_file(variant, args)
+                name = replayed_recipes.title(variant, replayed_recipes.knobs(variant, found))
+            plan.append((key, f"OpenVINO {name}, {steps} steps{long}", ov_row, fn_args, composed))
         elif key in LCM_ROWS:
             vae = paths["taesd"] if key == LCM4_LORA_INT8_TAESD else None
             for i, variant in enumerate(args.lcm_variant):
@@ -913,6 +972,12 @@ def parse_args(argv=None):
     parser.add_argument(
         "--calib-samples", type=int, default=2, help="calibration samples (hybrid, full INT8)"
     )
+    parser.add_argument(
+        "--accuracy-control-json",
+        default=None,
+        help="the accuracy-control search that ov_full_int8_accuracy_control_20 replays (default: "
+        f"{replayed_recipes.found_file(replayed_recipes.ACCURACY_CONTROL, 'benchmarks/results')})",
+    )
     parser.add_argument("--quant-memory-gb", type=float, default=8.0, help="max_memory_gb of quantize_ir")
     parser.add_argument(
         "--quant-parts",
@@ -982,6 +1047,18 @@ def parse_args(argv=None):
             args.size = QUICK_SIZE[args.model]
     args.size = args.size or SIZE[args.model]
     args.rows = args.rows or list(DEFAULT_ROWS[args.model])
+    for name in REPLAYED:  # refused before anything is built: the layers, then the file they come from
+        if ov_row_key(name) not in args.rows:
+            continue
+        if args.model != "sd15":
+            parser.error(
+                f"{ov_row_key(name)} replays layers found on the SD 1.5-layout toy; {args.model}'s UNet "
+                "has other layers: leave the row out"
+            )
+        try:
+            replayed_recipes.knobs(name, replayed_file(name, args))
+        except (OSError, ValueError) as error:
+            parser.error(f"{ov_row_key(name)}: {error}")
     args.memory_limit_gb = args.memory_limit_gb or MEMORY_LIMIT_GB[args.model]
     args.quick_checkpoint = args.quick_checkpoint or QUICK_CHECKPOINT[args.model]
     args.workdir = args.workdir or f"benchmarks/build/whole_image/{tag}"

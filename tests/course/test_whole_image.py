@@ -276,6 +276,15 @@ def last_json(run):
         (["sd15", "--lcm-variant", "int4"], "invalid choice"),
         (["sdxl", "--quant-parts", "0"], "--quant-parts must be at least 1"),
         (["sd15", "--quality", "no/such/folder"], "--quality: no file or folder no/such/folder"),
+        (
+            ["sdxl", "--rows", "ov_full_int8_accuracy_control_20"],
+            "replays layers found on the SD 1.5-layout toy",
+        ),
+        (["sdxl", "--rows", "ov_full_int8_sensitive_4_20"], "sdxl's UNet has other layers"),
+        (
+            ["sd15", "--rows", "ov_full_int8_accuracy_control_20", "--accuracy-control-json", "no/such.json"],
+            "no/such.json, which is not there: make it with `python -m sdaccel.toy.accuracy_control",
+        ),
     ],
 )
 def test_bad_arguments_are_refused_before_anything_runs(tmp_path, args, message):
@@ -373,3 +382,23 @@ def test_resume_keeps_the_record_of_an_artifact_the_earlier_run_made(tmp_path):
     assert kept["tiny_vae"]["reused"] and kept["tiny_vae"]["made_by"].startswith("an earlier run")
     fresh = artifacts()  # without --resume nothing earlier is read: the file is only found reusable
     assert fresh["lora"] == {"path": str(lora), "reused": True, "made_by": kept["tiny_vae"]["made_by"]}
+
+
+def test_the_toys_accuracy_control_replays_on_the_sd15_layout(tmp_path):
+    """The replayed row end to end on the quick checkpoint, the SD 1.5-layout toy the search ran
+    on: its UNet quantized full INT8 with the search's operations in float, then timed."""
+    out = tmp_path / "out.json"
+    run = bench(
+        "sd15", "--quick", "--rows", "ov_full_int8_accuracy_control_20", "--runs", "1", "--quality", "none",
+        "--out", str(out), "--workdir", str(tmp_path / "work"), timeout=600,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr[-3000:]
+    result = json.loads(out.read_text())
+    made = result["artifacts"]["unet_full_int8_accuracy_control"]
+    found = json.loads((ROOT / "benchmarks" / "results" / made["found_on"]).read_text())
+    assert made["ok"] and made["recipe"] == "full_int8" and made["smooth_quant"] is False
+    assert len(made["kept_in_float"]) == len(found["search"]["reverted"])
+    row = result["rows"]["ov_full_int8_accuracy_control_20"]
+    assert row["ok"] and row["unet_layers"].get("i8", 0) > 0  # INT8 ran, and the float layers beside it
+    n = len(found["search"]["reverted"])
+    assert row["title"].startswith(f"OpenVINO full INT8, accuracy control's {n} operations in float")

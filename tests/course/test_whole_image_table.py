@@ -458,13 +458,14 @@ def test_the_fastest_within_the_bound_is_named_with_what_the_fastest_of_all_cost
     text = whole_image.findings(whole_image.read_table(data, quality=quality))
     assert text[-1] == (
         "Within 5 adherence points of PyTorch fp32 on the trained toy tiny-shapes-sd15 (PyTorch fp32: "
-        "0.958), the fastest is JAX, 4 steps: 25.0 s, 16.0x, adherence 0.948."
+        "0.958), the fastest is JAX, 4 steps: 25.0 s, 16.0x PyTorch fp32 and 6.40x OpenVINO's best float, "
+        "adherence 0.948."
     )
     # JAX's 4 steps draw 0.948: one point below the bound of 0.5 points, so the bound moves the answer
     text = whole_image.findings(whole_image.read_table(data, quality=quality), bound=0.005)
     assert text[-1] == (
         "Within 0.5 adherence points of PyTorch fp32 on the trained toy tiny-shapes-sd15 (PyTorch fp32: "
-        "0.958), the fastest is OpenVINO float: 160.0 s, 2.5x, adherence 0.958; the fastest of all, "
+        "0.958), the fastest is OpenVINO float: 160.0 s, 2.5x PyTorch fp32, adherence 0.958; the fastest of all, "
         "JAX, 4 steps, draws 0.948."
     )
     quality["rows"].pop("torch_fp32_20")
@@ -510,7 +511,9 @@ def test_the_stacks_run_reads_with_the_toys_stack_beside_it():
     table = whole_image.read_table(results / "whole_image_sd15_stack.json", quality=results)
     rows = table["rows"]
     assert whole_image_rows.OV_STACK_20 in rows and all(row["adherence"] is not None for row in rows.values())
-    assert whole_image.heading(table) == "SD 1.5 at 512x512, with the levers stacked"
+    assert whole_image.heading(table) == (
+        "SD 1.5 at 512x512, with the toy's INT8 recipes replayed and the levers stacked"
+    )
     stack = rows[whole_image_rows.OV_STACK_20]
     assert stack["adherence"] >= rows["torch_fp32_20"]["adherence"] - whole_image.QUALITY_BOUND
     assert any(stack["title"] in sentence for sentence in whole_image.findings(table))
@@ -521,3 +524,9 @@ def test_a_table_is_headed_by_its_model_and_size_and_the_stack_when_it_ran():
     assert whole_image.heading(table) == "SD 1.5 at 512x512"
     table["rows"]["ov_stack_20"] = {}
     assert whole_image.heading(table) == "SD 1.5 at 512x512, with the levers stacked"
+    table["rows"]["ov_full_int8_accuracy_control_20"] = {}
+    assert whole_image.heading(table) == (
+        "SD 1.5 at 512x512, with the toy's INT8 recipes replayed and the levers stacked"
+    )
+    del table["rows"]["ov_stack_20"]
+    assert whole_image.heading(table) == "SD 1.5 at 512x512, with the toy's INT8 recipes replayed"

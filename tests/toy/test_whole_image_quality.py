@@ -81,6 +81,8 @@ def test_each_row_has_its_adherence_and_psnr_against_openvino_f32(measured):
         ({"lora": REPO / "checkpoints"}, "no LoRA weights"),
         ({"stack_interval": 0}, "stack_interval >= 1"),
         ({"stack_interval": 3, "seed": 1}, "seeds image i"),
+        ({"replayed": {"int4": "x.json"}}, "'int4' is not a replayed recipe"),
+        ({"replayed": {"full_int8_accuracy_control": "no/such.json"}}, "no/such.json, which is not there"),
     ],
 )
 def test_bad_input_is_refused_before_anything_is_written(tmp_path, kwargs, message):
@@ -115,3 +117,46 @@ def test_the_stack_row_is_the_stack_quality_runs_last_row_under_the_benchmarks_k
     assert "DeepCache N=3" in row["title"] and result["config"]["stack_interval"] == 3
     assert (asked["num_prompts"], asked["steps"], asked["guidance_scale"]) == (4, 5, 6.0)
     assert asked["levers"] == ("static", "int8", "deepcache") and asked["interval"] == 3
+
+
+def test_a_replayed_recipe_is_a_row_of_the_usual_steps_under_the_benchmarks_key(tmp_path, monkeypatch):
+    """What the toy's accuracy control kept in float, checked against the toy's export, quantized
+    by evaluate() beside the other recipes, and keyed as bench_whole_image.py's replayed row."""
+    from sdaccel.cpu import export
+    from sdaccel.toy import adherence, replayed_recipes
+
+    name = replayed_recipes.ACCURACY_CONTROL
+    found = replayed_recipes.found_file(name, REPO / "benchmarks" / "results")
+    knobs = replayed_recipes.knobs(name, found)
+    asked, checked = {}, []
+
+    def fake_usual(folder, work, **kwargs):
+        asked.update(kwargs)
+        row = {
+            "adherence": {"score": 0.9},
+            "vs_ov_f32": {"psnr_mean": 33.0},
+            "precision": "int8+f32",
+            "seconds": 1.0,
+        }
+        return {
+            "images": {"ov_f32": []},
+            "rows": {name: row},
+            "prompts": [],
+            "config": {"size": 32, "prompts": 4},
+        }
+
+    monkeypatch.setattr(export, "export_pipeline", lambda folder, dst, **kwargs: dst)
+    monkeypatch.setattr(replayed_recipes, "check", lambda ir, n, k: checked.append((Path(ir).name, n, k)))
+    monkeypatch.setattr(adherence, "evaluate", fake_usual)
+    result = wq.measure(TOY, tmp_path / "work", num_prompts=4, steps=5, variants=(), replayed={name: found})
+    assert checked == [("openvino_model.xml", name, knobs)]  # on the toy's export, before evaluate()
+    assert asked["recipes"] == {name: knobs} and asked["variants"] == ()
+    key = whole_image_rows.OV_ACCURACY_CONTROL_20
+    assert list(result["rows"]) == [key] and key in whole_image_rows.ROWS  # a row bench_whole_image.py times
+    n = len(replayed_recipes.kept_in_float(knobs))
+    assert (
+        result["rows"][key]["title"]
+        == f"OpenVINO full INT8, accuracy control's {n} operations in float, 5 steps"
+    )
+    assert (result["rows"][key]["adherence"], result["rows"][key]["psnr_vs_f32"]) == (0.9, 33.0)
+    assert result["config"]["replayed"] == {name: found.name}

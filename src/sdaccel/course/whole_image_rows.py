@@ -19,6 +19,10 @@ OV_FLOAT_20 = "ov_float_20"
 OV_INT8_WEIGHTS_20 = "ov_int8_weights_20"
 OV_HYBRID_20 = "ov_hybrid_20"
 OV_FULL_INT8_20 = "ov_full_int8_20"
+#: The same with the toy's recipes replayed (``sdaccel.toy.replayed_recipes``; SD 1.5 only): full
+#: INT8 with the layers accuracy control gave back to float, or the 4 most sensitive groups, in float.
+OV_ACCURACY_CONTROL_20 = "ov_full_int8_accuracy_control_20"
+OV_SENSITIVE_4_20 = "ov_full_int8_sensitive_4_20"
 #: OpenVINO with the levers stacked that keep the toy's picture (``benchmarks/bench_openvino.py
 #: --levers stack``, ``python -m sdaccel.toy.stack_quality``): static shapes, full INT8 with the
 #: ResNets in float, DeepCache; the usual steps.
@@ -37,6 +41,8 @@ ROWS = (
     OV_INT8_WEIGHTS_20,
     OV_HYBRID_20,
     OV_FULL_INT8_20,
+    OV_ACCURACY_CONTROL_20,
+    OV_SENSITIVE_4_20,
     OV_STACK_20,
     LCM4_LORA_INT8,
     LCM4_LORA_INT8_TAESD,

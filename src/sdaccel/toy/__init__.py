@@ -76,6 +76,11 @@ OpenVINO or JAX when called. Import the module you need (``from sdaccel.toy impo
   accuracy-controlled INT8 within an adherence bound, and its result replayed as an ignored
   scope (the real-size benchmark's recipe), judged on held-out prompts the search never saw
   (``python -m sdaccel.toy.accuracy_control``).
+- ``replayed_recipes.knobs``, ``replayed_recipes.check``, ``replayed_recipes.found_file``,
+  ``replayed_recipes.read_found``, ``replayed_recipes.title``, ``replayed_recipes.kept_in_float``,
+  ``replayed_recipes.is_replayed``, ``replayed_recipes.kind``, ``replayed_recipes.NAMES``,
+  ``replayed_recipes.RECIPE``: what the search and the ranking found on the toy, replayed as the
+  ignored scope of full INT8 on a real-size UNet of the same layout (the benchmarks' recipes).
 - ``stack_quality.measure``, ``stack_quality.format_table``, ``stack_quality.fastest_within``,
   ``stack_quality.stack_names``, ``stack_quality.recipe_patterns``, ``stack_quality.FLOAT_GROUPS``:
   static shapes, INT8, token merging and DeepCache stacked one by one, each stack's adherence and
@@ -98,6 +103,7 @@ __all__ = [
     "distill_taesd",
     "model_card",
     "random_checkpoints",
+    "replayed_recipes",
     "report",
     "sensitivity_quality",
     "stack_quality",

@@ -98,15 +98,26 @@ def run_openvino(pipe, prompts, latents, steps: int, guidance_scale: float, size
 
 
 def quantize_unet(
-    pipe, unet_xml: Path, work: Path, variants, steps: int, guidance_scale: float, size: int, seed: int = 0
+    pipe,
+    unet_xml: Path,
+    work: Path,
+    variants,
+    steps: int,
+    guidance_scale: float,
+    size: int,
+    seed: int = 0,
+    recipes: dict[str, dict] | None = None,
 ) -> dict[str, Path]:
     """Each INT8 variant of ``unet_xml``, calibrated by
-    :func:`sdaccel.toy.calibration.calibrate_on_training_captions` (16 training captions, 64 samples)."""
+    :func:`sdaccel.toy.calibration.calibrate_on_training_captions` (16 training captions, 64 samples).
+    ``recipes``: more full INT8 recipes, name -> the knobs of ``quantize_ir`` (the replayed ones
+    of :mod:`sdaccel.toy.replayed_recipes`), quantized after ``variants``."""
     from sdaccel.cpu import quantize
     from sdaccel.toy.calibration import calibrate_on_training_captions
 
+    recipes = dict(recipes or {})
     calibration = None
-    if any(v != "int8_weights" for v in variants):
+    if recipes or any(v != "int8_weights" for v in variants):
         calibration = calibrate_on_training_captions(
             pipe, work / "calibration", steps, guidance_scale, size, seed=seed
         )
@@ -122,6 +133,9 @@ def quantize_unet(
             quantize.quantize_ir(unet_xml, out[variant], "full_int8", data, subset_size=64, ignored=ignored)
         else:
             quantize.quantize_ir(unet_xml, out[variant], variant, data, subset_size=64)
+    for name, knobs in recipes.items():
+        out[name] = work / f"unet_{name}.xml"
+        quantize.quantize_ir(unet_xml, out[name], "full_int8", calibration.folder, subset_size=64, **knobs)
     return out
 
 
@@ -135,8 +149,10 @@ def evaluate(
     seed: int = 0,
     pipelines: tuple[str, ...] = ("torch_fp32", "jax_fp32", "ov_f32", "ov_default"),
     variants: tuple[str, ...] = VARIANTS,
+    recipes: dict[str, dict] | None = None,
 ) -> dict:
     """Generate the held-out prompts with every pipeline and INT8 variant; return the rows.
+    ``recipes``: more full INT8 recipes by name, as :func:`quantize_unet` takes them; each is a row.
 
     ``work_dir`` receives the OpenVINO export and the quantized UNets (reused when present).
     ``pipelines`` must include ``"torch_fp32"``, and ``"ov_f32"`` when ``variants`` is not empty.
@@ -155,7 +171,7 @@ def evaluate(
 
     if "torch_fp32" not in pipelines:
         raise ValueError("pipelines must include 'torch_fp32', the reference every row is compared with.")
-    if variants and "ov_f32" not in pipelines:
+    if (variants or recipes) and "ov_f32" not in pipelines:
         raise ValueError("The INT8 variants replace the UNet of 'ov_f32': include it in pipelines.")
     folder = resolve_checkpoint(checkpoint)
     size = size or read_config(folder, "unet")["sample_size"] * vae_scale_factor_of(folder, "vae")
@@ -187,7 +203,8 @@ def evaluate(
         timed("ov_f32", run_openvino, pipe)
         precision["ov_f32"] = pipe.precision
         unet_xml = export_dir / "unet" / "openvino_model.xml"
-        for variant, xml in quantize_unet(pipe, unet_xml, work, variants, **common, seed=seed).items():
+        quantized = quantize_unet(pipe, unet_xml, work, variants, **common, seed=seed, recipes=recipes)
+        for variant, xml in quantized.items():
             pipe.replace_unet(xml)
             timed(variant, run_openvino, pipe)
             precision[variant] = f"int8+{pipe.precision}"
@@ -197,7 +214,14 @@ def evaluate(
 
     sampler = read_config(folder, "scheduler")["_class_name"]
     jax_sampler = sampler if sampler in schedulers.SCHEDULERS else schedulers.FALLBACK  # see from_config
-    order = ["torch_fp32", "jax_fp32", "ov_f32", "ov_default", *variants]  # rows in this order
+    order = [
+        "torch_fp32",
+        "jax_fp32",
+        "ov_f32",
+        "ov_default",
+        *variants,
+        *(recipes or {}),
+    ]  # rows in this order
     rows = {}
     for name in sorted(images, key=order.index):
         imgs = images[name]

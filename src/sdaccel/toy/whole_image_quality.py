@@ -13,7 +13,9 @@ recipe costs. Here the same recipes run on a trained shapes toy of the same layo
 1. **The usual steps, with guidance** (:func:`sdaccel.toy.adherence.evaluate`): PyTorch fp32,
    OpenVINO at the plugin's default precision (the benchmark's "best float": bf16 on a CPU with
    AVX-512 BF16 or AMX, f32 elsewhere; the row says which ran), each INT8 recipe of the UNet, and
-   JAX fp32.
+   JAX fp32; and each recipe of :mod:`sdaccel.toy.replayed_recipes` given (``replayed``: what an
+   accuracy-controlled search or a sensitivity ranking of this layout kept in float, replayed as
+   the benchmark replays it at real size).
 2. **Few LCM steps, the LCM-LoRA fused, no guidance** (when ``lora`` is given): each INT8 recipe
    of the fused UNet, calibrated with the LCM sampler, decoded by the VAE and, when ``taesd`` is
    given, by the tiny autoencoder; and JAX fp32 with the tiny autoencoder.
@@ -39,6 +41,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from sdaccel.core.tables import markdown_table
+from sdaccel.toy import replayed_recipes
 
 #: The INT8 recipes of the UNet measured by default (those of the benchmark's rows).
 VARIANTS = ("int8_weights", "hybrid", "full_int8")
@@ -76,8 +79,11 @@ def measure(
     variants: Sequence[str] = VARIANTS,
     seed: int = 0,
     stack_interval: int | None = None,
+    replayed: dict[str, str | Path] | None = None,
 ) -> dict:
     """Every recipe's adherence and PSNR against OpenVINO f32 (see the module's docstring).
+    ``replayed``: name of a replayed recipe -> the result it replays
+    (:func:`sdaccel.toy.replayed_recipes.found_file`), each a row of the usual steps.
 
     ``work_dir`` receives the exports and the quantized UNets (reused when present). ``taesd``
     needs ``lora`` (the tiny autoencoder is measured on the few-step rows). Returns
@@ -86,6 +92,7 @@ def measure(
     """
     from sdaccel.core.checkpoint import resolve_checkpoint
     from sdaccel.cpu import quality
+    from sdaccel.cpu.export import export_pipeline, text_to_image_components
     from sdaccel.toy import adherence, adherence_steps, dataset
     from sdaccel.toy.comparison import paired_latents
 
@@ -102,9 +109,19 @@ def measure(
             f"The stack's row needs stack_interval >= 1 and seed 0 (sdaccel.toy.stack_quality seeds image i "
             f"with i), got {stack_interval} and {seed}."
         )
+    recipes = {name: replayed_recipes.knobs(name, path) for name, path in (replayed or {}).items()}
     lora_path = None if lora is None else adherence_steps.lora_file(lora)
     folder = resolve_checkpoint(checkpoint)
     work = Path(work_dir)
+    if recipes:  # the toy's export has the layers each replayed recipe keeps in float
+        export_dir = export_pipeline(
+            folder,
+            work / "usual_steps" / "openvino",
+            components=text_to_image_components(folder),
+            weight_dtype="fp32",
+        )
+        for name, knobs in recipes.items():
+            replayed_recipes.check(Path(export_dir) / "unet" / "openvino_model.xml", name, knobs)
 
     # 2. The usual steps, with guidance: every front-end and INT8 recipe
     usual = adherence.evaluate(
@@ -116,6 +133,7 @@ def measure(
         seed=seed,
         pipelines=("torch_fp32", "jax_fp32", "ov_f32", "ov_default"),
         variants=tuple(variants),
+        recipes=recipes,
     )
     reference = usual["images"][REFERENCE]
     rows = {}
@@ -139,8 +157,12 @@ def measure(
         "ov_default": "OpenVINO, the plugin's default precision",
         "jax_fp32": "JAX fp32",
     }
+    titles.update(
+        {name: f"OpenVINO {replayed_recipes.title(name, knobs)}" for name, knobs in recipes.items()}
+    )
     for name, row in usual["rows"].items():  # evaluate() scored these against OpenVINO f32 already
-        key = USUAL_STEPS_ROWS.get(name) or (usual_steps_key(name) if name in variants else None)
+        recipe = name in variants or name in recipes
+        key = USUAL_STEPS_ROWS.get(name) or (usual_steps_key(name) if recipe else None)
         if key is not None:
             title = f"{titles.get(name, f'OpenVINO {name} UNet')}, {steps} steps"
             score, psnr = row["adherence"]["score"], row[f"vs_{REFERENCE}"]["psnr_mean"]
@@ -210,6 +232,7 @@ def measure(
         "lora": None if lora is None else str(lora),
         "taesd": None if taesd is None else str(taesd),
         "variants": list(variants),
+        "replayed": {name: Path(path).name for name, path in (replayed or {}).items()},
         "reference": f"OpenVINO f32 hint, {steps} steps",
         "int8_float_layers": "f32 hint",
         "stack_interval": stack_interval,
@@ -242,6 +265,14 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--steps", type=int, default=20, help="the usual steps (default 20)")
     parser.add_argument("--few-steps", type=int, default=4, help="the LCM steps (default 4)")
     parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=VARIANTS)
+    parser.add_argument(
+        "--replay",
+        nargs="+",
+        default=[],
+        metavar="NAME[=FILE]",
+        help="add the rows of these replayed recipes (sdaccel.toy.replayed_recipes: "
+        f"{', '.join(replayed_recipes.NAMES)}), each from FILE or by default from benchmarks/results",
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
         "--stack-interval", type=int, default=None, help="add the stack's row, DeepCache at this interval"
@@ -253,6 +284,14 @@ def main(argv: list[str] | None = None) -> dict:
     args = parser.parse_args(argv)
     if args.taesd is not None and args.lora is None:
         parser.error("--taesd is measured on the few-step rows: give --lora too")
+    replayed = {}
+    for item in args.replay:
+        name, _, path = item.partition("=")
+        try:
+            replayed[name] = Path(path) if path else replayed_recipes.found_file(name, "benchmarks/results")
+            replayed_recipes.knobs(name, replayed[name])  # readable, before anything runs
+        except (OSError, ValueError) as error:
+            parser.error(f"--replay {item}: {error}")
     from sdaccel.toy.report import finish
 
     work = Path(args.work_dir or Path("build") / "whole_image_quality" / Path(args.checkpoint).name)
@@ -267,6 +306,7 @@ def main(argv: list[str] | None = None) -> dict:
         variants=tuple(args.variants),
         seed=args.seed,
         stack_interval=args.stack_interval,
+        replayed=replayed,
     )
     out = Path(args.out or work / "quality.json")
     return finish(result, out, format_table(result), "sdaccel.toy.whole_image_quality", argv)
