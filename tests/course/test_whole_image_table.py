@@ -458,7 +458,7 @@ def test_the_fastest_within_the_bound_is_named_with_what_the_fastest_of_all_cost
     text = whole_image.findings(whole_image.read_table(data, quality=quality))
     assert text[-1] == (
         "Within 5 adherence points of PyTorch fp32 on the trained toy tiny-shapes-sd15 (PyTorch fp32: "
-        "0.958), the fastest is JAX, 4 steps: 25.0 s, 16.0x PyTorch fp32 and 6.40x OpenVINO's best float, "
+        "0.958), the fastest is JAX, 4 steps: 25.0 s, 16.0x PyTorch fp32 and 6.40x OpenVINO's best float at 20 steps, "
         "adherence 0.948."
     )
     # JAX's 4 steps draw 0.948: one point below the bound of 0.5 points, so the bound moves the answer

@@ -90,6 +90,16 @@ def test_noise_is_found_and_named_by_cell():
     )
     assert [p.split(":")[0] for p in noisy_outputs(dumps)] == ["cell 0", "cell 1"]
     assert all("raw dict or JSON dump" in p for p in noisy_outputs(dumps))
+    bar = {"output_type": "display_data", "metadata": {}}  # NNCF's rich bar, as a kernel shows it
+    bar["data"] = {
+        "text/html": "<pre>...</pre>",
+        "text/plain": "Statistics collection ━━━━━━━━━━ 100% 8/8 • 0:00:00\n",
+    }
+    (problem,) = noisy_outputs(notebook(code("nncf.quantize(model, data)", bar)))
+    assert (
+        problem.startswith("cell 0: NNCF's progress bar 'Statistics collection")
+        and "no_progress_bars" in problem
+    )
     colours = "\x1b[38;2;255;255;255;48;2;57;59;121m CPU 0 \x1b[0m\n"  # visualize_array_sharding
     assert noisy_outputs(notebook(code("show()", stream("stdout", colours)))) == []
     assert (

@@ -86,6 +86,11 @@ LOADING_BARS = re.compile(
     r"^\s*(Loading weights|Loading pipeline components\.\.\.|Loading checkpoint shards): *\d+%\|", re.M
 )
 
+#: NNCF's progress bars (rich's, drawn with heavy horizontal lines): in a notebook's kernel rich
+#: shows each pass of ``nncf.quantize`` as a display of its own, left finished in the cell. The code
+#: that quantizes hides them (:func:`sdaccel.cpu.quantize.no_progress_bars`).
+RICH_BARS = re.compile(r"\u2501{5,}")
+
 #: Phrases of development notes that have no place in a notebook a reader runs (a test checks the
 #: notebooks and their executed copies; lower case, matched case-insensitively).
 BANNED_PHRASES = (
@@ -116,8 +121,8 @@ WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 def noisy_outputs(nb: dict) -> list[str]:
     """Outputs of an executed notebook (as JSON) that a reader would have to ignore: standard error
     outside :data:`ALLOWED_STDERR`, terminal control codes (live progress bars), warning text,
-    frozen progress bars (:func:`frozen_bars`), the finished bars of a library's loading step
-    (:data:`LOADING_BARS`), raw dicts and JSON (:func:`raw_dumps`), and saved widget state (:func:`saved_widget_state`: without a widget
+    frozen progress bars (:func:`frozen_bars`), NNCF's progress bars (:data:`RICH_BARS`), the
+    finished bars of a library's loading step (:data:`LOADING_BARS`), raw dicts and JSON (:func:`raw_dumps`), and saved widget state (:func:`saved_widget_state`: without a widget
     manager it reads "Loading widget..."; the runner replaces it by text). One line each."""
     problems = saved_widget_state(nb)
     for i, cell in enumerate(nb.get("cells", [])):
@@ -136,6 +141,12 @@ def noisy_outputs(nb: dict) -> list[str]:
                 problems.append(f"cell {i}: warning {text.strip()[:160]!r}")
             elif frozen := frozen_bars(text):
                 problems.append(f"cell {i}: frozen progress bar {frozen[0]!r}")
+            elif RICH_BARS.search(text):
+                line = next(x for x in text.strip().splitlines() if RICH_BARS.search(x))
+                problems.append(
+                    f"cell {i}: NNCF's progress bar {line[:80]!r}: quantize under "
+                    "sdaccel.cpu.quantize.no_progress_bars()"
+                )
             elif loading := LOADING_BARS.search(text):
                 line = text[loading.start() :].strip().splitlines()[0]
                 problems.append(

@@ -594,6 +594,8 @@ def _within_bound(table: dict, ok: dict, bound: float) -> list[str]:
     x_float = ""
     if best_float is not None and best is not best_float:  # the other bar the CPU goal sets
         x_float = f" and {best_float['image_s'] / best['image_s']:.2f}x OpenVINO's best float"
+        if best_float["steps"] != best["steps"]:  # as "x PyTorch fp32": against the other's steps
+            x_float += f" at {best_float['steps']} steps"
     text = (
         f"Within {bound * 100:g} adherence points of PyTorch fp32 {toy}, the fastest is "
         f"{best['title']}: {best['image_s']:.1f} s, {_cell(best['x_torch_fp32'], 1)}x PyTorch fp32{x_float}, "

@@ -132,7 +132,7 @@ def quantize_full_int8(
     ``prompts`` captions), then quantize the plain UNet and the DeepCache IRs (unless ``deep`` is
     None) to full INT8 on that data; returns the INT8 UNet's XML and the INT8 DeepCache folder
     (None when ``deep`` is)."""
-    from sdaccel.cpu.quantize import quantize_ir
+    from sdaccel.cpu.quantize import no_progress_bars, quantize_ir
     from sdaccel.toy.calibration import calibrate_on_training_captions
 
     calibration = calibrate_on_training_captions(
@@ -146,11 +146,11 @@ def quantize_full_int8(
         progress=progress,
     )
     plain_int8 = work / "unet_full_int8" / MODEL_XML
-    quantize_ir(export / "unet" / MODEL_XML, plain_int8, "full_int8", calibration.folder, samples)
-    if deep is None:
-        return plain_int8, None
-    deep_int8 = work / f"{FOLDER}_full_int8"
-    quantize_deepcache(deep, deep_int8, calibration, subset_size=samples)
+    deep_int8 = None if deep is None else work / f"{FOLDER}_full_int8"
+    with no_progress_bars():  # NNCF's: one display per pass in a notebook; the loops above show progress
+        quantize_ir(export / "unet" / MODEL_XML, plain_int8, "full_int8", calibration.folder, samples)
+        if deep is not None:
+            quantize_deepcache(deep, deep_int8, calibration, subset_size=samples)
     return plain_int8, deep_int8
 
 
