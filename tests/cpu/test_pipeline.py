@@ -254,3 +254,29 @@ def test_clear_errors(tmp_path, tiny_sd15):
     (tmp_path / "model_index.json").write_text(json.dumps({"_class_name": "FluxPipeline"}))
     with pytest.raises(CheckpointError, match="'FluxPipeline'"):
         OVPipeline.from_pretrained(tmp_path)
+
+
+def test_an_activation_quantized_unet_runs_where_f16_was_chosen(exports, pipes):
+    """OpenVINO 2026.4 cannot compile or run a model with FakeQuantize under the f16 hint on an x86
+    CPU that offers f16 (AVX512-FP16): the pipeline runs such a UNet's float layers in bf16 there,
+    says so in ``precisions``, and keeps f16 for a weight-only INT8 UNet."""
+    from sdaccel.cpu import quantize
+    from sdaccel.cpu.precision import device_capabilities
+
+    capabilities = set(device_capabilities(ov.Core()))
+    if not {"FP16", "BF16"} <= capabilities:
+        pytest.skip(f"this CPU's plugin offers {sorted(capabilities)}: not both f16 and bf16")
+    _, out = exports["tiny-sd15"]
+    seen = []
+    pipes["tiny-sd15"](PROMPTS, steps=2, seed=1, unet_input_callback=lambda d: seen.append(dict(d)), **SIZE)
+    int8 = quantize.quantize_full(out / "unet" / MODEL_XML, seen, subset_size=len(seen))
+    pipe = OVPipeline.from_pretrained(out, precision={"unet": "f16"})
+    assert pipe.precision == "f16"
+    pipe.replace_unet(int8)
+    assert pipe.precision == "bf16"
+    image = pipe(PROMPTS[:1], steps=2, seed=4, **SIZE).array
+    assert image.shape == (1, 64, 64, 3) and np.isfinite(image).all()
+    pipe.replace_unet(
+        quantize.compress_weights_int8(ov.Core().read_model(out / "unet" / MODEL_XML))
+    )  # no FakeQuantize
+    assert pipe.precision == "f16"

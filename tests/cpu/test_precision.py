@@ -351,3 +351,21 @@ def test_the_pipelines_refuse_an_ir_that_an_interrupted_save_left(folder):
     with pytest.raises(prec.CheckpointError, match=match):
         GenAIPipeline(folder, precision="f32")
     assert not (folder / CHOICE_FILE).exists()
+
+
+def test_an_activation_quantized_model_gets_bf16_for_f16_on_x86_only():
+    """quantized_hint: f16 -> bf16 for a model holding FakeQuantize where the plugin offers BF16
+    (x86); every other hint, model or CPU (ARM: FP16 without BF16) is left as it was."""
+    import openvino.opset13 as ops
+
+    from sdaccel.cpu.precision import quantized_hint
+
+    x = ops.parameter([1, 4], ov.Type.f32, name="x")
+    low, high = np.float32(-1), np.float32(1)
+    quantized = ov.Model([ops.relu(ops.fake_quantize(x, low, high, low, high, 256))], [x], "q")
+    plain = ov.Model([ops.relu(x)], [x], "plain")
+    x86, arm = ("FP32", "BF16", "FP16", "INT8"), ("FP32", "FP16", "INT8")
+    assert quantized_hint("f16", quantized, x86) == "bf16"
+    assert quantized_hint("f16", quantized, arm) == "f16"
+    assert quantized_hint("f16", plain, x86) == "f16"
+    assert [quantized_hint(h, quantized, x86) for h in ("f32", "bf16", None)] == ["f32", "bf16", None]

@@ -21,7 +21,7 @@ PyTorch). Import the module you need, e.g. ``from sdaccel.cpu.export import expo
 ## Precision
 - :mod:`precision`: ``choose_precision``, ``PrecisionChoice``, ``offered_precisions``,
   ``precision_name``, ``CANDIDATES``, ``device_capabilities``, ``precisions_for``,
-  ``default_precision``
+  ``default_precision``, ``quantized_hint``
 
 ## INT8
 - :mod:`quantize`: ``quantize_ir``, ``quantize_in_parts``, ``quantize_variant``, ``quantize_full``,

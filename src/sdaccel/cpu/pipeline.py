@@ -32,7 +32,10 @@ first load on a CPU pays for it). ``"f32"`` forces full precision (for parity ch
 asks for bf16, ``None`` keeps the plugin's choice, and a dict sets each component's own
 (``{"unet": "f32", "vae_decoder": "bf16"}``; the ones left out keep the plugin's choice), e.g. to
 reproduce an ``"auto"`` choice without measuring. ``pipe.precisions`` reports what each compiled
-model really runs in.
+model really runs in. On an x86 CPU with AVX512-FP16 the plugin offers f16 too, and "auto" can
+choose it; a full-INT8 or hybrid UNet swapped in then runs its float layers in bf16, because
+OpenVINO cannot run a quantized model under the f16 hint there
+(:func:`sdaccel.cpu.precision.quantized_hint`).
 """
 
 from __future__ import annotations
@@ -66,7 +69,14 @@ from sdaccel.cpu.export import (
     reshape_static,
     vae_scale_factor_of,
 )
-from sdaccel.cpu.precision import CANDIDATES, choose_precision, pipeline_components, precision_name
+from sdaccel.cpu.precision import (
+    CANDIDATES,
+    choose_precision,
+    device_capabilities,
+    pipeline_components,
+    precision_name,
+    quantized_hint,
+)
 from sdaccel.cpu.tiny_vae import with_tiny_decoder
 
 #: What ``precision`` accepts besides ``None`` (the plugin's default).
@@ -283,7 +293,12 @@ class OVPipeline:
                 vae_scale_factor=self.vae_scale_factor,
                 max_length=self.max_length,
             )
-        return self.core.compile_model(model, self.device, self.compile_config_for(_component(name)))
+        config = self.compile_config_for(_component(name))
+        hint = config.get("INFERENCE_PRECISION_HINT")
+        if hint == "f16":  # an INT8 model with f16 fails on an x86 CPU: its float layers in bf16 there
+            capabilities = device_capabilities(self.core, self.device)
+            config = config | {"INFERENCE_PRECISION_HINT": quantized_hint(hint, model, capabilities)}
+        return self.core.compile_model(model, self.device, config)
 
     def compile_as_unet(self, model):
         """Compile ``model`` (an IR's path or an ``ov.Model``) as this pipeline compiles its UNet:
@@ -301,7 +316,9 @@ class OVPipeline:
     def replace_unet(self, model) -> None:
         """Swap in another UNet: an ``ov.Model`` (e.g. NNCF-quantized; reshaped in place when the
         pipeline is static), a path to its ``.xml``, or an already compiled model. It must have the
-        same inputs and outputs; it is compiled with this pipeline's device and the UNet's precision."""
+        same inputs and outputs; it is compiled with this pipeline's device and the UNet's precision,
+        but in bf16 where that is f16 for an activation-quantized UNet on an x86 CPU, which OpenVINO
+        cannot run (:func:`sdaccel.cpu.precision.quantized_hint`; ``precisions`` says what ran)."""
         self.unet = self._load("unet", str(model) if isinstance(model, Path) else model)
         self._requests.pop("unet", None)
 

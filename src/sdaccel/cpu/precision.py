@@ -103,6 +103,22 @@ def default_precision(capabilities: Iterable[str]) -> str:
     return "bf16" if "BF16" in capabilities else "f16" if "FP16" in capabilities else "f32"
 
 
+def quantized_hint(hint: str | None, model, capabilities: Iterable[str]) -> str | None:
+    """The ``INFERENCE_PRECISION_HINT`` to compile ``model`` (an ``ov.Model``) with instead of
+    ``hint``. An activation-quantized model (full INT8, hybrid: it holds ``FakeQuantize``) does not
+    run with the f16 hint on an x86 CPU that offers f16 (AVX512-FP16) in OpenVINO 2026.4: its
+    compile or first inference fails ("Arguments do not have the same element type", "Convolution
+    node ... is not initialized", or an empty output), measured on a Xeon with AMX. Such a CPU offers
+    bf16 too (x86: ``BF16`` among the ``capabilities``), and the model's float layers run in bf16
+    there. Any other model, hint or CPU (an ARM CPU lists ``FP16`` without ``BF16``) keeps ``hint``;
+    weight-only INT8 (no ``FakeQuantize``) runs in f16."""
+    if hint != "f16" or "BF16" not in set(capabilities):
+        return hint
+    if any(op.get_type_name() == "FakeQuantize" for op in model.get_ops()):
+        return "bf16"
+    return hint
+
+
 def offered_precisions(core, device: str = "CPU") -> tuple[str, ...]:
     """The candidates ``device`` can run: :func:`precisions_for` of its
     :func:`device_capabilities`."""
