@@ -256,12 +256,15 @@ def test_clear_errors(tmp_path, tiny_sd15):
         OVPipeline.from_pretrained(tmp_path)
 
 
-def test_an_activation_quantized_unet_runs_where_f16_was_chosen(exports, pipes):
+def test_an_activation_quantized_unet_runs_where_f16_was_chosen(exports, pipes, tmp_path):
     """OpenVINO 2026.4 cannot compile or run a model with FakeQuantize under the f16 hint on an x86
     CPU that offers f16 (AVX512-FP16): the pipeline runs such a UNet's float layers in bf16 there,
-    says so in ``precisions``, and keeps f16 for a weight-only INT8 UNet."""
+    says so in ``precisions``, and keeps f16 for a weight-only INT8 UNet. A folder whose UNet is
+    that model runs too: GenAI, which takes one hint for every model, runs them all in bf16, and
+    ``precision="auto"`` does not time f16 for that UNet (compiling it would fail) and says why."""
     from sdaccel.cpu import quantize
-    from sdaccel.cpu.precision import device_capabilities
+    from sdaccel.cpu.genai import GenAIPipeline
+    from sdaccel.cpu.precision import PrecisionChoice, choose_precision, device_capabilities
 
     capabilities = set(device_capabilities(ov.Core()))
     if not {"FP16", "BF16"} <= capabilities:
@@ -280,3 +283,22 @@ def test_an_activation_quantized_unet_runs_where_f16_was_chosen(exports, pipes):
         quantize.compress_weights_int8(ov.Core().read_model(out / "unet" / MODEL_XML))
     )  # no FakeQuantize
     assert pipe.precision == "f16"
+
+    folder = tmp_path / "int8-export"  # the export with the INT8 UNet in its place
+    shutil.copytree(out, folder)
+    ov.save_model(int8, folder / "unet" / MODEL_XML)
+    genai = GenAIPipeline(folder, precision="f16")
+    assert genai.precision == "bf16"
+    assert np.isfinite(genai(PROMPTS[0], steps=2, seed=4, **SIZE).array).all()
+    choice = choose_precision(folder, **SIZE, batch=1, guidance=True, iters=1, warmup=0)
+    unet = choice.components["unet"]
+    assert (
+        set(unet.measurements) == {"f32", "bf16"} and "f16" in choice.components["vae_decoder"].measurements
+    )
+    assert "f16 not timed" in choice.summary("unet") and "FakeQuantize" in choice.summary("unet")
+    assert PrecisionChoice.from_json(json.loads(json.dumps(choice.to_json()))) == choice
+    auto = OVPipeline.from_pretrained(folder, precision="auto")
+    assert (
+        auto.precision in ("f32", "bf16")
+        and np.isfinite(auto(PROMPTS[0], steps=2, seed=4, **SIZE).array).all()
+    )

@@ -29,8 +29,8 @@ import numpy as np
 
 from sdaccel.core.checkpoint import CheckpointError, read_config, read_defaults, resolve_tiny_vae
 from sdaccel.core.contract import GenerationResult, check_inputs, make_timings, scheduler_class_name
-from sdaccel.cpu.export import MODEL_XML, StaticShape, check_ir
-from sdaccel.cpu.precision import CANDIDATES, choose_precision
+from sdaccel.cpu.export import MODEL_XML, StaticShape, check_ir, read_ir
+from sdaccel.cpu.precision import CANDIDATES, choose_precision, device_capabilities, quantized_hint
 from sdaccel.cpu.tiny_vae import with_tiny_decoder
 
 #: The diffusers scheduler classes GenAI implements, by the name of their ``Scheduler.Type``.
@@ -80,7 +80,10 @@ class GenAIPipeline:
         cached measurement), ``"f32"``, ``"bf16"``, ``"f16"`` or ``None`` (OpenVINO's default).
         GenAI takes one set of properties for the whole pipeline, so one
         ``INFERENCE_PRECISION_HINT`` goes to every model: with ``"auto"``, the UNet's choice (nearly
-        all the time is the UNet's). ``self.precision`` says which hint was given.
+        all the time is the UNet's). ``"f16"`` for a folder whose UNet is activation-quantized
+        (full INT8 or hybrid) on an x86 CPU becomes bf16 for every model, as OpenVINO cannot run
+        that UNet under f16 there (:func:`sdaccel.cpu.precision.quantized_hint`).
+        ``self.precision`` says which hint was given.
       static: ``None`` or a ``StaticShape`` / ``(1, height, width)``: GenAI's own
         ``reshape(1, height, width, guidance_scale)`` before compiling (one image per call, as
         this wrapper generates them).
@@ -137,6 +140,13 @@ class GenAIPipeline:
                 ov_config=ov_config,
             )  # all components, as OVPipeline measures them: one cached measurement serves both
             precision = self.precision_choice.chosen["unet"]
+        if precision == "f16":  # one hint for every model, and an INT8 UNet fails f16 on an x86 CPU
+            import openvino as ov
+
+            core = ov.Core()
+            unet = read_ir(self.folder / "unet" / MODEL_XML, core)
+            precision = quantized_hint(precision, unet, device_capabilities(core, device))
+            del unet
         self.precision = precision
         if precision is not None:
             properties["INFERENCE_PRECISION_HINT"] = precision

@@ -185,6 +185,8 @@ class ComponentChoice:
     shapes: dict[str, list[int]]
     measurements: dict[str, Measurement]
     chosen: str
+    #: why a candidate was not timed (an activation-quantized model under f16: :func:`quantized_hint`)
+    note: str = ""
 
 
 @dataclass
@@ -212,6 +214,8 @@ class PrecisionChoice:
         entry = self.components[component]
         name = NAMES.get(component, component)
         if len(entry.measurements) < 2:
+            if entry.note:
+                return f"{entry.chosen} chosen for the {name}: {entry.note}"
             if len(self.offered) > 1:
                 return f"{entry.chosen} chosen for the {name}: the only candidate asked for (not timed)"
             lacking = " or ".join(CAPABILITY[p] for p in CANDIDATES if p not in self.offered)
@@ -231,6 +235,8 @@ class PrecisionChoice:
                 continue
             ratio = other.median_s / best.median_s
             parts.append(f"{ratio:.2f}x faster than {other.requested} on this CPU")
+        if entry.note:
+            parts.append(entry.note)
         return f"{entry.chosen} chosen for the {name}: {'; '.join(parts)}"
 
     def table(self) -> str:
@@ -273,6 +279,7 @@ class PrecisionChoice:
                 shapes=c["shapes"],
                 measurements={p: Measurement(**m) for p, m in c["measurements"].items()},
                 chosen=c["chosen"],
+                note=c.get("note", ""),
             )
             for name, c in data["components"].items()
         }
@@ -636,7 +643,18 @@ def choose_component(
     timer: Callable[[], float],
 ) -> ComponentChoice:
     """Time one component's ``model`` compiled in each of ``candidates`` on inputs of ``shape``
-    (reshaped to it first when ``static``); the fastest wins (:func:`decide`)."""
+    (reshaped to it first when ``static``); the fastest wins (:func:`decide`). A candidate that
+    :func:`quantized_hint` would not compile the model with (f16 for an activation-quantized model
+    on an x86 CPU) is not timed, and the choice's ``note`` says so."""
+    capabilities = device_capabilities(core, device)
+    skipped = [p for p in candidates if quantized_hint(p, model, capabilities) != p]
+    candidates = tuple(p for p in candidates if p not in skipped)
+    note = (
+        f"{' and '.join(skipped)} not timed: OpenVINO cannot run this activation-quantized model "
+        f"(it holds FakeQuantize) under the {' or '.join(skipped)} hint on this CPU"
+        if skipped
+        else ""
+    )
     inputs = component_inputs(model, shape, factor, max_length)
     if static:
         model = reshape_static(model, **asdict(shape), vae_scale_factor=factor, max_length=max_length)
@@ -646,4 +664,4 @@ def choose_component(
 
     shapes = {name: list(np.shape(value)) for name, value in inputs.items()}
     measurements = {p: measure(compile_model, inputs, p, iters, warmup, timer) for p in candidates}
-    return ComponentChoice(shapes, measurements, decide(measurements))
+    return ComponentChoice(shapes, measurements, decide(measurements), note)
