@@ -395,8 +395,7 @@ A **tiny autoencoder** for [`{base}`](../{base}/README.md), in TAESD's architect
 `AutoencoderTiny`): it decodes that model's latents to nearly the images its VAE decodes, with a
 decoder of {decoder_params:,} parameters against the VAE decoder's {vae_params:,} ({ratio:.1f}x
 smaller; TAESD's is about 40x smaller than Stable Diffusion's). It was distilled from that VAE on a
-CPU in {minutes:.1f} minutes by `sdaccel.toy.distill_taesd`, and is what notebook 07's smoke run
-decodes with when it adds TAESD.
+CPU in {minutes:.1f} minutes by `sdaccel.toy.distill_taesd`{used_by}.
 
 ![held-out prompts: the VAE's decode above the tiny autoencoder's, from the same latents](samples.png)
 
@@ -413,8 +412,7 @@ seeded with `i`:
 {table}
 
 Decode time in PyTorch on {cpu}, {threads}, {decode_images} latents at once: the VAE
-{vae_ms:.2f} ms per image, the tiny autoencoder {tiny_ms:.2f} ms ({speed:.1f}x faster). Notebook 07
-measures it in OpenVINO, beside the whole image.
+{vae_ms:.2f} ms per image, the tiny autoencoder {tiny_ms:.2f} ms ({speed:.1f}x faster).{measured_in}
 
 ## How to use it
 
@@ -467,6 +465,20 @@ repeats on the same machine, as long as the time cap is not reached.
 Apache-2.0, as the rest of this repository, and as the base model: made from it alone.
 """
 
+
+#: What a shipped tiny autoencoder is used for, per output folder: the card says so.
+USED_BY = {
+    "tiny-shapes-sdxl-taesd": ", and is what notebook 07's smoke run\ndecodes with when it adds TAESD",
+    "tiny-shapes-sd15-taesd": (
+        ", and is what the SD 1.5 rows of the\nwhole-image quality table "
+        "(`sdaccel.toy.whole_image_quality`) decode with when they add TAESD"
+    ),
+}
+
+#: Where a shipped tiny autoencoder's decode is timed in OpenVINO, per output folder.
+MEASURED_IN = {
+    "tiny-shapes-sdxl-taesd": " Notebook 07\nmeasures it in OpenVINO, beside the whole image.",
+}
 
 #: What was tried before the shipped recipe, per output folder: the card quotes it.
 RECIPES_TRIED = {
@@ -550,6 +562,8 @@ def readme_text(dst: Path, log: dict) -> str:
         data_s=log["wall_s"]["data"],
         eval_s=log["wall_s"].get("evaluation", 0.0),
         tried=RECIPES_TRIED.get(dst.name, ""),
+        used_by=USED_BY.get(dst.name, ""),
+        measured_in=MEASURED_IN.get(dst.name, ""),
     )
 
 
