@@ -140,13 +140,15 @@ class GenAIPipeline:
                 ov_config=ov_config,
             )  # all components, as OVPipeline measures them: one cached measurement serves both
             precision = self.precision_choice.chosen["unet"]
-        if precision == "f16":  # one hint for every model, and an INT8 UNet fails f16 on an x86 CPU
+        if precision == "f16" and self.precision_choice is None:  # "auto" never picks f16 for an INT8 UNet
             import openvino as ov
 
             core = ov.Core()
-            unet = read_ir(self.folder / "unet" / MODEL_XML, core)
-            precision = quantized_hint(precision, unet, device_capabilities(core, device))
-            del unet
+            capabilities = device_capabilities(core, device)
+            if "BF16" in capabilities:  # one hint for every model, and an INT8 UNet fails f16 on an x86 CPU
+                unet = read_ir(self.folder / "unet" / MODEL_XML, core)  # read only where the rule can apply
+                precision = quantized_hint(precision, unet, capabilities)
+                del unet
         self.precision = precision
         if precision is not None:
             properties["INFERENCE_PRECISION_HINT"] = precision
