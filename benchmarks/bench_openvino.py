@@ -184,10 +184,10 @@ from sdaccel.cpu.benchmark import (
 )
 from sdaccel.cpu.deepcache import cached_shape
 from sdaccel.cpu.precision import CANDIDATES
-from sdaccel.cpu.quantize import SENSITIVE_LAYER_PATTERNS, quantize_ir
+from sdaccel.cpu.quantize import quantize_ir
 from sdaccel.cpu.tome import check_ratio
 from sdaccel.toy import replayed_recipes
-from sdaccel.toy.adherence import FLOAT_GROUP_VARIANTS
+from sdaccel.toy.adherence import FLOAT_GROUP_RECIPES, FLOAT_GROUP_VARIANTS, float_group_ignored
 from sdaccel.toy.random_checkpoints import BUILDERS, ensure_tiny
 
 VARIANTS = (
@@ -207,10 +207,10 @@ VARIANTS = (
 TOY_RECIPES = replayed_recipes.NAMES
 RESULTS = Path(__file__).resolve().parent / "results"
 INT8 = ("int8_weights", "hybrid", "full_int8", "full_int8_float_resnets", *TOY_RECIPES)
-#: INT8 variants with one more layer group kept in float: name -> (recipe, the group's pattern, added
-#: to ``SENSITIVE_LAYER_PATTERNS``). The ResNets' pattern is the one that held adherence on the tiny
-#: trained models (``sdaccel.toy.adherence.FLOAT_GROUP_VARIANTS``).
-FLOAT_GROUPS = {"full_int8_float_resnets": ("full_int8", FLOAT_GROUP_VARIANTS["full_int8, float resnets"])}
+#: INT8 variants with one more layer group kept in float: full INT8 with the layers of
+#: ``sdaccel.toy.adherence.float_group_ignored`` (the sensitive layers, then the group: the ResNets'
+#: pattern is the one that held adherence on the tiny trained models), as the toy's rows quantize.
+FLOAT_GROUPS = FLOAT_GROUP_RECIPES
 LEVERS = ("deepcache", "quant_memory", "runtime", "static", "guidance_split", "vae_int8", "tome", "stack")
 #: The parts of ``--quality`` (``--quality-parts``): the INT8 UNets, DeepCache, the INT8 VAE
 #: decoders, the runtime levers' output differences, token merging.
@@ -469,14 +469,14 @@ def recipe_knobs(variant: str, smooth_quant: bool, args) -> tuple[str, dict]:
     float): one rule for the UNet and for DeepCache's shallow UNet in lever ``stack``."""
     if variant in TOY_RECIPES:
         return "full_int8", toy_recipe_knobs(variant, args)
-    recipe, float_group = FLOAT_GROUPS.get(variant, (variant, None))
+    recipe = "full_int8" if variant in FLOAT_GROUPS else variant
     knobs = {}
     if recipe == "full_int8" and not smooth_quant:
         knobs["smooth_quant_alpha"] = None
     if recipe == "full_int8" and args.no_bias_correction:
         knobs["bias_correction"] = False
-    if float_group is not None:
-        knobs["ignored"] = [*SENSITIVE_LAYER_PATTERNS, float_group]
+    if variant in FLOAT_GROUPS:
+        knobs["ignored"] = float_group_ignored(variant)
     return recipe, knobs
 
 

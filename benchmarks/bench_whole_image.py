@@ -20,7 +20,8 @@ row                    what runs
 ``torch_fp32_20``      diffusers' own pipeline in PyTorch f32, 20 steps, default guidance (CFG: the
                        UNet sees a batch of 2); the baseline of every ratio
 ``ov_float_20``        ``OVPipeline`` in the precision ``sdaccel.cpu.precision`` measures fastest
-``ov_<variant>_20``    the same with the UNet quantized: ``int8_weights``, ``hybrid``, ``full_int8``;
+``ov_<variant>_20``    the same with the UNet quantized: ``int8_weights``, ``hybrid``, ``full_int8``,
+                       ``full_int8_float_resnets`` (full INT8, the ResNets kept in float);
                        ``full_int8_accuracy_control`` and ``full_int8_sensitive_4`` (SD 1.5 only):
                        full INT8 with the layers the SD 1.5-layout toy's accuracy control gave back
                        to float, or its 4 most sensitive groups, in float (the toy's recipes
@@ -120,11 +121,15 @@ from sdaccel.course.whole_image_rows import (
 )
 from sdaccel.cpu.benchmark import machine_info, run_child, summarize_run
 from sdaccel.toy import replayed_recipes
+from sdaccel.toy.adherence import FLOAT_GROUP_RECIPES
 from sdaccel.toy.distill_config import TARGET_MODULES
 from sdaccel.toy.random_checkpoints import build_random_checkpoint
 
 PROMPT = "a photo of an astronaut riding a horse on mars"
-QUANT_VARIANTS = ("int8_weights", "hybrid", "full_int8")
+#: The INT8 recipes of the UNet (``ov_<variant>_20`` rows and ``--lcm-variant``): NNCF's three, and
+#: full INT8 with the ResNets in float (the recipe that kept the SD 1.5-layout toy's picture at 4 LCM
+#: steps; ``sdaccel.toy.adherence.float_group_ignored``).
+QUANT_VARIANTS = ("int8_weights", "hybrid", "full_int8", *FLOAT_GROUP_RECIPES)
 #: The toy's recipes replayed on the UNet (SD 1.5 only), quantized from the same calibration.
 REPLAYED = replayed_recipes.NAMES
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -141,7 +146,8 @@ SIZE = {"sd15": 512, "sdxl": 1024}
 QUICK_CHECKPOINT = {"sd15": "checkpoints/tiny-shapes-sd15", "sdxl": "checkpoints/tiny-shapes-sdxl"}
 DEFAULT_ROWS = {
     "sd15": ROWS,
-    # SDXL: the fastest INT8 recipe of SD 1.5 (full INT8) stands for "the best INT8" at 20 steps;
+    # SDXL: the fastest INT8 recipe of SD 1.5 (full INT8) stands for "the best INT8" at 20 steps,
+    # beside full INT8 with the ResNets in float (the toys' picture);
     # the stack, measured per UNet step on SD 1.5 only, on SD 1.5 only; the toy's recipes replayed,
     # found on an SD 1.5-layout toy, on SD 1.5 only
     "sdxl": tuple(
@@ -696,6 +702,13 @@ def prepare(bench: Bench, args) -> dict:
     return paths
 
 
+def unet_title(variant: str) -> str:
+    """How a row's title names its INT8 UNet: ``full_int8 UNet``, ``full_int8 UNet, ResNets in float``."""
+    if variant in FLOAT_GROUP_RECIPES:
+        return "full_int8 UNet, ResNets in float"
+    return f"{variant} UNet"
+
+
 def row_keys(args) -> list[str]:
     """Every row key the run measures, in order: ``--rows``, each ``lcm4_lora_int8*`` row once per
     ``--lcm-variant`` (:func:`sdaccel.course.whole_image_rows.lcm_row_key`)."""
@@ -768,9 +781,17 @@ def _quantize(src_xml, dst_xml, variant, calibration, samples, max_memory_gb, pa
     ``sdaccel.cpu.quantize.parts_for_budget``'s estimate (fitted at 64x64 latents: calibration
     samples of SDXL at 1024x1024, 128x128 latents, need more parts than it chooses)."""
     from sdaccel.cpu.quantize import quantize_ir
+    from sdaccel.toy.adherence import float_group_ignored
 
     if variant == "int8_weights":
         return quantize_ir(src_xml, dst_xml, variant, calibration, samples)
+    if variant in FLOAT_GROUP_RECIPES:  # full INT8 with one more group of layers kept in float
+        ignored = float_group_ignored(variant)
+        made = quantize_ir(
+            src_xml, dst_xml, "full_int8", calibration, samples, max_memory_gb=max_memory_gb, parts=parts,
+            ignored=ignored,
+        )  # fmt: skip
+        return {**made, "recipe": variant, "kept_in_float": ignored}
     return quantize_ir(
         src_xml, dst_xml, variant, calibration, samples, max_memory_gb=max_memory_gb, parts=parts
     )
@@ -881,7 +902,7 @@ def measure(bench: Bench, args, paths: dict) -> None:
         elif (variant := ov_row_variant(key)) is not None:
             xml = paths.get(f"unet_{variant}")
             fn_args = (paths["export"], xml, steps, None, size, runs, wsteps, None, None, compose)
-            name = f"{variant} UNet"
+            name = unet_title(variant)
             if variant in REPLAYED:
                 found = replayed_file(variant, args)
                 name = replayed_recipes.title(variant, replayed_recipes.knobs(variant, found))
@@ -889,7 +910,7 @@ def measure(bench: Bench, args, paths: dict) -> None:
         elif key in LCM_ROWS:
             vae = paths["taesd"] if key == LCM4_LORA_INT8_TAESD else None
             for i, variant in enumerate(args.lcm_variant):
-                title = f"{few} steps LCM + LoRA fused + {variant} UNet" + (
+                title = f"{few} steps LCM + LoRA fused + {unet_title(variant)}" + (
                     f" + {tiny_vae_name}" if vae else ""
                 )
                 xml = paths["unet_lcm"][variant]

@@ -386,11 +386,16 @@ def test_resume_keeps_the_record_of_an_artifact_the_earlier_run_made(tmp_path):
 
 def test_the_toys_accuracy_control_replays_on_the_sd15_layout(tmp_path):
     """The replayed row end to end on the quick checkpoint, the SD 1.5-layout toy the search ran
-    on: its UNet quantized full INT8 with the search's operations in float, then timed."""
+    on: its UNet quantized full INT8 with the search's operations in float, then timed; beside it,
+    from the same calibration, full INT8 with the ResNets in float."""
+    import openvino as ov
+
+    from sdaccel.toy.adherence import float_group_ignored
+
     out = tmp_path / "out.json"
     run = bench(
-        "sd15", "--quick", "--rows", "ov_full_int8_accuracy_control_20", "--runs", "1", "--quality", "none",
-        "--out", str(out), "--workdir", str(tmp_path / "work"), timeout=600,
+        "sd15", "--quick", "--rows", "ov_full_int8_accuracy_control_20", "ov_full_int8_float_resnets_20",
+        "--runs", "1", "--quality", "none", "--out", str(out), "--workdir", str(tmp_path / "work"), timeout=600,
     )  # fmt: skip
     assert run.returncode == 0, run.stderr[-3000:]
     result = json.loads(out.read_text())
@@ -402,3 +407,18 @@ def test_the_toys_accuracy_control_replays_on_the_sd15_layout(tmp_path):
     assert row["ok"] and row["unet_layers"].get("i8", 0) > 0  # INT8 ran, and the float layers beside it
     n = len(found["search"]["reverted"])
     assert row["title"].startswith(f"OpenVINO full INT8, accuracy control's {n} operations in float")
+    # the ResNets' recipe: the toy's list of float layers; no operation of a ResNet reads a
+    # quantized activation, while the attentions still do; INT8 ran
+    resnets = result["artifacts"]["unet_full_int8_float_resnets"]
+    assert resnets["ok"] and resnets["recipe"] == "full_int8_float_resnets"
+    assert resnets["kept_in_float"] == float_group_ignored("full_int8_float_resnets")
+    quantizers = {  # each activation quantizer -> the operations it feeds
+        op.get_friendly_name(): [t.get_node().get_friendly_name() for out in op.outputs() for t in out.get_target_inputs()]
+        for op in ov.Core().read_model(resnets["path"]).get_ops()
+        if op.get_type_name() == "FakeQuantize"
+    }  # fmt: skip
+    assert sum("attentions" in name for name in quantizers) > 10
+    assert [q for q, fed in quantizers.items() if any("resnets" in f for f in fed)] == []
+    row = result["rows"]["ov_full_int8_float_resnets_20"]
+    assert row["ok"] and row["unet_layers"].get("i8", 0) > 0
+    assert row["title"].startswith("OpenVINO full_int8 UNet, ResNets in float, 3 steps")

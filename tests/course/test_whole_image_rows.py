@@ -20,7 +20,12 @@ def test_the_first_recipe_keeps_the_key_and_the_others_get_their_own():
 
 @pytest.mark.parametrize(
     ("variant", "key"),
-    [("float", "ov_float_20"), ("hybrid", "ov_hybrid_20"), ("full_int8", "ov_full_int8_20")],
+    [
+        ("float", "ov_float_20"),
+        ("hybrid", "ov_hybrid_20"),
+        ("full_int8", "ov_full_int8_20"),
+        ("full_int8_float_resnets", "ov_full_int8_float_resnets_20"),
+    ],
 )
 def test_openvino_row_keys_and_their_variant(variant, key):
     assert rows.ov_row_key(variant) == key
@@ -56,3 +61,12 @@ def test_a_recipe_key_names_the_first_lcm_recipe_as_any_other():
     assert rows.recipe_key("ov_full_int8_20", None) == "ov_full_int8_20"
     with pytest.raises(ValueError, match="names no --lcm-variant"):
         rows.recipe_key("lcm4_lora_int8", [])
+
+
+def test_the_resnets_recipe_is_the_one_the_benchmark_and_the_toy_quantize():
+    """The row's recipe name is the one the benchmark maps to the toy's float-group recipe, whose
+    quantization both the toy's rows and the real-size rows use."""
+    from sdaccel.toy.adherence import FLOAT_GROUP_RECIPES, FLOAT_GROUP_VARIANTS
+
+    assert FLOAT_GROUP_RECIPES[rows.FLOAT_RESNETS] in FLOAT_GROUP_VARIANTS
+    assert rows.ov_row_key(rows.FLOAT_RESNETS) == rows.OV_FLOAT_RESNETS_20 in rows.ROWS

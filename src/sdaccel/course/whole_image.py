@@ -37,8 +37,10 @@ from pathlib import Path
 from sdaccel.core import tables, timing
 from sdaccel.course.whole_image_rows import (
     BASELINE,
+    FLOAT_RESNETS,
     OV_ACCURACY_CONTROL_20,
     OV_FLOAT_20,
+    OV_FLOAT_RESNETS_20,
     OV_SENSITIVE_4_20,
     OV_STACK_20,
     is_few_step,
@@ -258,8 +260,14 @@ def model_name(model: str) -> str:
 
 
 #: The reference runs kept in ``benchmarks/results`` that notebook 06 opens with, in this order: every
-#: configuration of SD 1.5, the levers stacked beside PyTorch fp32 in a run of their own, SDXL.
-REFERENCE_FILES = ("whole_image_sd15.json", "whole_image_sd15_stack.json", "whole_image_sdxl.json")
+#: configuration of SD 1.5, the levers stacked beside PyTorch fp32 in a run of their own, INT8 with
+#: the ResNets in float (20 and 4 steps) in a run of its own, SDXL.
+REFERENCE_FILES = (
+    "whole_image_sd15.json",
+    "whole_image_sd15_stack.json",
+    "whole_image_sd15_float_resnets.json",
+    "whole_image_sdxl.json",
+)
 #: Each model's recipes measured for quality on the trained toy of its layout
 #: (``python -m sdaccel.toy.whole_image_quality``), as kept in ``benchmarks/results``.
 QUALITY_FILES = {
@@ -297,11 +305,16 @@ def reference_files(results_dir: str | os.PathLike, given=None) -> list[Path]:
 def heading(table: dict) -> str:
     """What a table is about, for its heading: the model and size (``"SD 1.5 at 512x512"``), and
     what else it timed: the toy's INT8 recipes replayed (:data:`OV_ACCURACY_CONTROL_20`,
-    :data:`OV_SENSITIVE_4_20`), the levers stacked (:data:`OV_STACK_20`)."""
+    :data:`OV_SENSITIVE_4_20`), full INT8 with the ResNets in float (:data:`OV_FLOAT_RESNETS_20`, or
+    a ``--lcm-variant`` of that name), the levers stacked (:data:`OV_STACK_20`)."""
     s = table["settings"]
     extra = []
     if {OV_ACCURACY_CONTROL_20, OV_SENSITIVE_4_20} & set(table["rows"]):
         extra.append("the toy's INT8 recipes replayed")
+    few_step = any(is_few_step(key) for key in table["rows"])
+    lcm_variants = s.get("lcm_variant") or ()
+    if OV_FLOAT_RESNETS_20 in table["rows"] or (few_step and FLOAT_RESNETS in lcm_variants):
+        extra.append("INT8 that keeps the ResNets in float")
     if OV_STACK_20 in table["rows"]:
         extra.append("the levers stacked")
     return f"{model_name(s['model'])} at {s['size']}x{s['size']}" + (

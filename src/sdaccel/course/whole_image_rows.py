@@ -19,6 +19,10 @@ OV_FLOAT_20 = "ov_float_20"
 OV_INT8_WEIGHTS_20 = "ov_int8_weights_20"
 OV_HYBRID_20 = "ov_hybrid_20"
 OV_FULL_INT8_20 = "ov_full_int8_20"
+#: Full INT8 with the ResNets kept in float: the recipe's name (``sdaccel.toy.adherence``'s
+#: ``FLOAT_GROUP_RECIPES``, which the benchmark quantizes by; ``--lcm-variant`` takes it too) and its row.
+FLOAT_RESNETS = "full_int8_float_resnets"
+OV_FLOAT_RESNETS_20 = f"ov_{FLOAT_RESNETS}_20"
 #: The same with the toy's recipes replayed (``sdaccel.toy.replayed_recipes``; SD 1.5 only): full
 #: INT8 with the layers accuracy control gave back to float, or the 4 most sensitive groups, in float.
 OV_ACCURACY_CONTROL_20 = "ov_full_int8_accuracy_control_20"
@@ -41,6 +45,7 @@ ROWS = (
     OV_INT8_WEIGHTS_20,
     OV_HYBRID_20,
     OV_FULL_INT8_20,
+    OV_FLOAT_RESNETS_20,
     OV_ACCURACY_CONTROL_20,
     OV_SENSITIVE_4_20,
     OV_STACK_20,

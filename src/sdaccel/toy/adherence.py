@@ -49,10 +49,26 @@ REFERENCES = ("torch_fp32", "ov_f32")
 #: names, added to :data:`sdaccel.cpu.quantize.SENSITIVE_LAYER_PATTERNS`). On these small models
 #: the ResNets' activation quantizers are where full INT8 loses its colours (notebook 05).
 FLOAT_GROUP_VARIANTS = {"full_int8, float resnets": r".*resnets.*"}
+#: The same recipes under the one-word names that row keys and command-line flags use
+#: (``benchmarks/bench_whole_image.py --lcm-variant``, :mod:`sdaccel.toy.whole_image_quality`).
+FLOAT_GROUP_RECIPES = {"full_int8_float_resnets": "full_int8, float resnets"}
 #: The same recipes quantized in parts (:func:`sdaccel.cpu.quantize.quantize_in_parts`): their
 #: rows should match the one-shot ones within the noise.
 PARTS_VARIANTS = {"full_int8 in 3 parts": ("full_int8", 3), "hybrid in 3 parts": ("hybrid", 3)}
 VARIANTS = ("int8_weights", "hybrid", "full_int8", *FLOAT_GROUP_VARIANTS)
+
+
+def float_group_ignored(variant: str) -> list[str]:
+    """The ignored scope of full INT8 for a recipe of :data:`FLOAT_GROUP_VARIANTS` (or its name in
+    :data:`FLOAT_GROUP_RECIPES`): the layers every recipe keeps in float, then the recipe's group.
+    The toy's rows and the real-size benchmarks quantize with this one list."""
+    from sdaccel.cpu.quantize import SENSITIVE_LAYER_PATTERNS
+
+    name = FLOAT_GROUP_RECIPES.get(variant, variant)
+    if name not in FLOAT_GROUP_VARIANTS:
+        known = [*FLOAT_GROUP_VARIANTS, *FLOAT_GROUP_RECIPES]
+        raise ValueError(f"{variant!r} keeps no layer group in float; choose from {known}.")
+    return [*SENSITIVE_LAYER_PATTERNS, FLOAT_GROUP_VARIANTS[name]]
 
 
 def run_torch(folder, prompts, latents, steps: int, guidance_scale: float, size: int) -> list[np.ndarray]:
@@ -129,7 +145,7 @@ def quantize_unet(
             recipe, parts = PARTS_VARIANTS[variant]
             quantize.quantize_ir(unet_xml, out[variant], recipe, data, subset_size=64, parts=parts)
         elif variant in FLOAT_GROUP_VARIANTS:
-            ignored = [*quantize.SENSITIVE_LAYER_PATTERNS, FLOAT_GROUP_VARIANTS[variant]]
+            ignored = float_group_ignored(variant)
             quantize.quantize_ir(unet_xml, out[variant], "full_int8", data, subset_size=64, ignored=ignored)
         else:
             quantize.quantize_ir(unet_xml, out[variant], variant, data, subset_size=64)

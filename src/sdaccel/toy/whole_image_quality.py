@@ -43,8 +43,9 @@ from pathlib import Path
 from sdaccel.core.tables import markdown_table
 from sdaccel.toy import replayed_recipes
 
-#: The INT8 recipes of the UNet measured by default (those of the benchmark's rows).
-VARIANTS = ("int8_weights", "hybrid", "full_int8")
+#: The INT8 recipes of the UNet measured by default (those of the benchmark's rows; full INT8 with
+#: the ResNets in float under its one-word name, :data:`sdaccel.toy.adherence.FLOAT_GROUP_RECIPES`).
+VARIANTS = ("int8_weights", "hybrid", "full_int8", "full_int8_float_resnets")
 #: The float reference of every PSNR: OpenVINO, f32 hint, the usual steps.
 REFERENCE = "ov_f32"
 #: The rows of the usual steps: :func:`sdaccel.toy.adherence.evaluate`'s name -> the row's key.
@@ -123,7 +124,8 @@ def measure(
         for name, knobs in recipes.items():
             replayed_recipes.check(Path(export_dir) / "unet" / "openvino_model.xml", name, knobs)
 
-    # 2. The usual steps, with guidance: every front-end and INT8 recipe
+    # 2. The usual steps, with guidance: every front-end and INT8 recipe (under the toy's names)
+    toy_names = {adherence.FLOAT_GROUP_RECIPES.get(v, v): v for v in variants}
     usual = adherence.evaluate(
         folder,
         work / "usual_steps",
@@ -132,7 +134,7 @@ def measure(
         guidance_scale=guidance_scale,
         seed=seed,
         pipelines=("torch_fp32", "jax_fp32", "ov_f32", "ov_default"),
-        variants=tuple(variants),
+        variants=tuple(toy_names),
         recipes=recipes,
     )
     reference = usual["images"][REFERENCE]
@@ -160,7 +162,8 @@ def measure(
     titles.update(
         {name: f"OpenVINO {replayed_recipes.title(name, knobs)}" for name, knobs in recipes.items()}
     )
-    for name, row in usual["rows"].items():  # evaluate() scored these against OpenVINO f32 already
+    for toy_name, row in usual["rows"].items():  # evaluate() scored these against OpenVINO f32 already
+        name = toy_names.get(toy_name, toy_name)
         recipe = name in variants or name in recipes
         key = USUAL_STEPS_ROWS.get(name) or (usual_steps_key(name) if recipe else None)
         if key is not None:
@@ -182,13 +185,14 @@ def measure(
             pipes[False][0],
             unet_xml,
             few / "int8",
-            list(variants),
+            list(toy_names),
             steps=adherence_steps.CALIBRATION_STEPS["lcm"],
             guidance_scale=1.0,
             size=size,
             seed=seed,
         )
-        for variant, xml in quantized.items():
+        for toy_name, xml in quantized.items():
+            variant = toy_names[toy_name]
             for tiny, (pipe, _) in pipes.items():
                 pipe.replace_unet(xml)
                 start = time.perf_counter()
