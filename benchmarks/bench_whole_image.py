@@ -121,7 +121,7 @@ from sdaccel.course.whole_image_rows import (
 )
 from sdaccel.cpu.benchmark import machine_info, run_child, summarize_run
 from sdaccel.toy import replayed_recipes
-from sdaccel.toy.adherence import FLOAT_GROUP_RECIPES
+from sdaccel.toy.adherence import FLOAT_GROUP_RECIPES, float_group_ignored
 from sdaccel.toy.distill_config import TARGET_MODULES
 from sdaccel.toy.random_checkpoints import build_random_checkpoint
 
@@ -781,7 +781,6 @@ def _quantize(src_xml, dst_xml, variant, calibration, samples, max_memory_gb, pa
     ``sdaccel.cpu.quantize.parts_for_budget``'s estimate (fitted at 64x64 latents: calibration
     samples of SDXL at 1024x1024, 128x128 latents, need more parts than it chooses)."""
     from sdaccel.cpu.quantize import quantize_ir
-    from sdaccel.toy.adherence import float_group_ignored
 
     if variant == "int8_weights":
         return quantize_ir(src_xml, dst_xml, variant, calibration, samples)

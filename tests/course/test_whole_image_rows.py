@@ -66,7 +66,9 @@ def test_a_recipe_key_names_the_first_lcm_recipe_as_any_other():
 def test_the_resnets_recipe_is_the_one_the_benchmark_and_the_toy_quantize():
     """The row's recipe name is the one the benchmark maps to the toy's float-group recipe, whose
     quantization both the toy's rows and the real-size rows use."""
+    from sdaccel.toy import whole_image_quality
     from sdaccel.toy.adherence import FLOAT_GROUP_RECIPES, FLOAT_GROUP_VARIANTS
 
     assert FLOAT_GROUP_RECIPES[rows.FLOAT_RESNETS] in FLOAT_GROUP_VARIANTS
+    assert rows.FLOAT_RESNETS in whole_image_quality.VARIANTS  # its quality is measured by default
     assert rows.ov_row_key(rows.FLOAT_RESNETS) == rows.OV_FLOAT_RESNETS_20 in rows.ROWS
