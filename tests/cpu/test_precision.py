@@ -369,3 +369,23 @@ def test_an_activation_quantized_model_gets_bf16_for_f16_on_x86_only():
     assert quantized_hint("f16", quantized, arm) == "f16"
     assert quantized_hint("f16", plain, x86) == "f16"
     assert [quantized_hint(h, quantized, x86) for h in ("f32", "bf16", None)] == ["f32", "bf16", None]
+
+
+def test_quantized_hint_reads_an_ir_only_where_its_rule_can_apply(tmp_path):
+    """Given the path of an IR, quantized_hint reads it where f16 meets BF16 (and decides as for the
+    model), and nowhere else: a path that holds no IR is not touched on ARM or for another hint."""
+    import openvino.opset13 as ops
+
+    from sdaccel.cpu.precision import quantized_hint
+
+    x = ops.parameter([1, 4], ov.Type.f32, name="x")
+    low, high = np.float32(-1), np.float32(1)
+    xml = tmp_path / "q.xml"
+    ov.save_model(ov.Model([ops.relu(ops.fake_quantize(x, low, high, low, high, 256))], [x], "q"), xml)
+    x86, arm = ("FP32", "BF16", "FP16", "INT8"), ("FP32", "FP16", "INT8")
+    assert quantized_hint("f16", xml, x86) == quantized_hint("f16", str(xml), x86) == "bf16"
+    nowhere = tmp_path / "no" / "such.xml"
+    assert quantized_hint("f16", nowhere, arm) == "f16"
+    assert quantized_hint("f32", nowhere, x86) == "f32"
+    with pytest.raises(prec.CheckpointError):  # read where the rule applies: a missing IR is named
+        quantized_hint("f16", nowhere, x86)

@@ -29,7 +29,7 @@ import numpy as np
 
 from sdaccel.core.checkpoint import CheckpointError, read_config, read_defaults, resolve_tiny_vae
 from sdaccel.core.contract import GenerationResult, check_inputs, make_timings, scheduler_class_name
-from sdaccel.cpu.export import MODEL_XML, StaticShape, check_ir, read_ir
+from sdaccel.cpu.export import MODEL_XML, StaticShape, check_ir
 from sdaccel.cpu.precision import CANDIDATES, choose_precision, device_capabilities, quantized_hint
 from sdaccel.cpu.tiny_vae import with_tiny_decoder
 
@@ -143,12 +143,9 @@ class GenAIPipeline:
         if precision == "f16" and self.precision_choice is None:  # "auto" never picks f16 for an INT8 UNet
             import openvino as ov
 
-            core = ov.Core()
-            capabilities = device_capabilities(core, device)
-            if "BF16" in capabilities:  # one hint for every model, and an INT8 UNet fails f16 on an x86 CPU
-                unet = read_ir(self.folder / "unet" / MODEL_XML, core)  # read only where the rule can apply
-                precision = quantized_hint(precision, unet, capabilities)
-                del unet
+            # one hint for every model, and an INT8 UNet fails f16 on an x86 CPU (its IR is read only there)
+            capabilities = device_capabilities(ov.Core(), device)
+            precision = quantized_hint(precision, self.folder / "unet" / MODEL_XML, capabilities)
         self.precision = precision
         if precision is not None:
             properties["INFERENCE_PRECISION_HINT"] = precision

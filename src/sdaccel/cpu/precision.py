@@ -104,8 +104,8 @@ def default_precision(capabilities: Iterable[str]) -> str:
 
 
 def quantized_hint(hint: str | None, model, capabilities: Iterable[str]) -> str | None:
-    """The ``INFERENCE_PRECISION_HINT`` to compile ``model`` (an ``ov.Model``) with instead of
-    ``hint``. An activation-quantized model (full INT8, hybrid: it holds ``FakeQuantize``) does not
+    """The ``INFERENCE_PRECISION_HINT`` to compile ``model`` (an ``ov.Model``, or the path of an
+    IR, read only where the rule below can apply) with instead of ``hint``. An activation-quantized model (full INT8, hybrid: it holds ``FakeQuantize``) does not
     run with the f16 hint on an x86 CPU that offers f16 (AVX512-FP16) in OpenVINO 2026.4: its
     compile or first inference fails ("Arguments do not have the same element type", "Convolution
     node ... is not initialized", or an empty output), measured on a Xeon with AMX. Such a CPU offers
@@ -114,6 +114,8 @@ def quantized_hint(hint: str | None, model, capabilities: Iterable[str]) -> str 
     weight-only INT8 (no ``FakeQuantize``) runs in f16."""
     if hint != "f16" or "BF16" not in set(capabilities):
         return hint
+    if isinstance(model, str | os.PathLike):
+        model = read_ir(model)
     if any(op.get_type_name() == "FakeQuantize" for op in model.get_ops()):
         return "bf16"
     return hint
