@@ -207,10 +207,6 @@ VARIANTS = (
 TOY_RECIPES = replayed_recipes.NAMES
 RESULTS = Path(__file__).resolve().parent / "results"
 INT8 = ("int8_weights", "hybrid", "full_int8", "full_int8_float_resnets", *TOY_RECIPES)
-#: INT8 variants with one more layer group kept in float: full INT8 with the layers of
-#: ``sdaccel.toy.adherence.float_group_ignored`` (the sensitive layers, then the group: the ResNets'
-#: pattern is the one that held adherence on the tiny trained models), as the toy's rows quantize.
-FLOAT_GROUPS = FLOAT_GROUP_RECIPES
 LEVERS = ("deepcache", "quant_memory", "runtime", "static", "guidance_split", "vae_int8", "tome", "stack")
 #: The parts of ``--quality`` (``--quality-parts``): the INT8 UNets, DeepCache, the INT8 VAE
 #: decoders, the runtime levers' output differences, token merging.
@@ -465,17 +461,18 @@ def bench_model(model: str, args, previous: dict | None = None) -> dict:
 
 def recipe_knobs(variant: str, smooth_quant: bool, args) -> tuple[str, dict]:
     """The recipe of ``sdaccel.cpu.quantize`` that ``variant`` runs and its keyword arguments
-    (SmoothQuant, bias correction and, for a variant of :data:`FLOAT_GROUPS`, the layers kept in
-    float): one rule for the UNet and for DeepCache's shallow UNet in lever ``stack``."""
+    (SmoothQuant, bias correction and the layers kept in float): one rule for the UNet and for
+    DeepCache's shallow UNet in lever ``stack``. A variant of ``FLOAT_GROUP_RECIPES`` is full INT8
+    with one more layer group in float (``float_group_ignored``), as the toy's rows quantize."""
     if variant in TOY_RECIPES:
         return "full_int8", toy_recipe_knobs(variant, args)
-    recipe = "full_int8" if variant in FLOAT_GROUPS else variant
+    recipe = "full_int8" if variant in FLOAT_GROUP_RECIPES else variant
     knobs = {}
     if recipe == "full_int8" and not smooth_quant:
         knobs["smooth_quant_alpha"] = None
     if recipe == "full_int8" and args.no_bias_correction:
         knobs["bias_correction"] = False
-    if variant in FLOAT_GROUPS:
+    if variant in FLOAT_GROUP_RECIPES:
         knobs["ignored"] = float_group_ignored(variant)
     return recipe, knobs
 

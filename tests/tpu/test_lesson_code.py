@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import inspect
+import textwrap
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -161,6 +162,59 @@ def test_the_unet_call_by_hand_compiles_with_the_pipelines_options(tiny_sdxl):
         compiled = unet_call.lower(weights, *inputs).compile()
         assert compiled.memory_analysis().temp_size_in_bytes < f32_bytes / 4, code
         np.testing.assert_array_equal(np.asarray(compiled(weights, *inputs)), expected)
+
+
+TWO_STAGES_START = "    encoders = diffusers.DiffusionPipeline.from_pretrained("
+TWO_STAGES_END = "    reference = diffusers.DiffusionPipeline.from_pretrained("
+
+
+def two_stage_reference_code() -> str:
+    """01's lines that load diffusers' reference in two stages (text encoders, then UNet and VAE),
+    dedented out of the cell's ``else:`` branch."""
+    nb = nbformat.read(NOTEBOOKS / "01_sdxl_in_jax.ipynb", as_version=4)
+    (source,) = [c.source for c in nb.cells if c.cell_type == "code" and TWO_STAGES_START in c.source]
+    start = source.index(TWO_STAGES_START)
+    end = source.index("\n    )\n", source.index(TWO_STAGES_END)) + 7
+    return textwrap.dedent(source[start:end])
+
+
+@pytest.mark.parametrize("name", ["tiny-shapes-sdxl", "tiny-shapes-sd15"])
+def test_the_two_stage_reference_makes_the_images_of_one_call(name):
+    """01 loads diffusers' float32 reference in two stages, so that its text encoders (3.3 GB for
+    SDXL) and UNet (10.3 GB) are never in memory together beside the JAX pipeline. Its code, run on
+    the trained toys of both families (SDXL: two encoders and pooled embeddings; SD 1.5: one): the
+    images are those of one call of the whole pipeline with the prompts, bit for bit."""
+    import diffusers
+    import torch
+
+    folder = NOTEBOOKS.parent / "checkpoints" / name
+    extra = {} if "sdxl" in name else {"safety_checker": None, "requires_safety_checker": False}
+    compare_prompts, NEGATIVE_PROMPT, GUIDANCE_SCALE = ["a red circle", "a blue square"], None, 6.0  # noqa: N806
+    latents = torch.randn(2, 4, 4, 4, generator=torch.Generator().manual_seed(0))
+    call = dict(num_inference_steps=3, guidance_scale=GUIDANCE_SCALE, height=32, width=32, output_type="np")
+    whole = diffusers.DiffusionPipeline.from_pretrained(folder, dtype=torch.float32, **extra)
+    with torch.no_grad():
+        expected = whole(
+            prompt=compare_prompts, negative_prompt=NEGATIVE_PROMPT, latents=latents, **call
+        ).images
+    del whole
+    namespace = {
+        "diffusers": diffusers,
+        "torch": torch,
+        "pipe": SimpleNamespace(folder=folder),
+        "VARIANT": None,
+        "extra": extra,
+        "compare_prompts": compare_prompts,
+        "NEGATIVE_PROMPT": NEGATIVE_PROMPT,
+        "GUIDANCE_SCALE": GUIDANCE_SCALE,
+    }
+    exec(compile(two_stage_reference_code(), "two_stages", "exec"), namespace)
+    reference = namespace["reference"]
+    assert "encoders" not in namespace, "the text encoders' pipeline must be released before the UNet loads"
+    assert all(getattr(reference, n, None) is None for n in ("text_encoder", "text_encoder_2"))
+    with torch.no_grad():
+        images = reference(**namespace["embeddings"], latents=latents, **call).images
+    np.testing.assert_array_equal(images, expected)
 
 
 # ----------------------------------------------------------------------------------------------
