@@ -187,6 +187,8 @@ def test_the_two_stage_reference_makes_the_images_of_one_call(name):
     import diffusers
     import torch
 
+    from sdaccel.core import return_freed_memory
+
     folder = NOTEBOOKS.parent / "checkpoints" / name
     extra = {} if "sdxl" in name else {"safety_checker": None, "requires_safety_checker": False}
     compare_prompts, NEGATIVE_PROMPT, GUIDANCE_SCALE = ["a red circle", "a blue square"], None, 6.0  # noqa: N806
@@ -201,6 +203,7 @@ def test_the_two_stage_reference_makes_the_images_of_one_call(name):
     namespace = {
         "diffusers": diffusers,
         "torch": torch,
+        "return_freed_memory": return_freed_memory,
         "pipe": SimpleNamespace(folder=folder),
         "VARIANT": None,
         "extra": extra,

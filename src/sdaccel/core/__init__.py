@@ -56,7 +56,8 @@ interrupt, a full disk) into a long write.
 at a limit.
 
 - :class:`ChildRun`, :func:`run_with_memory_limit`, :func:`anon_bytes` (a process's anonymous RSS),
-  :func:`memory_status` and :class:`MemoryStatus` (its peak, resident and anonymous bytes in one read)
+  :func:`memory_status` and :class:`MemoryStatus` (its peak, resident and anonymous bytes in one read),
+  :func:`return_freed_memory` (the C heap's free pages back to the system after a large ``del``)
 
 ## The environment
 
@@ -144,7 +145,14 @@ from sdaccel.core.lora_files import (
     save_kohya,
     sgm_names,
 )
-from sdaccel.core.processes import ChildRun, MemoryStatus, anon_bytes, memory_status, run_with_memory_limit
+from sdaccel.core.processes import (
+    ChildRun,
+    MemoryStatus,
+    anon_bytes,
+    memory_status,
+    return_freed_memory,
+    run_with_memory_limit,
+)
 from sdaccel.core.staging import (
     check_writable,
     clear_leftovers,
@@ -237,6 +245,7 @@ __all__ = [
     "anon_bytes",
     "memory_status",
     "MemoryStatus",
+    "return_freed_memory",
     # The environment
     "package_versions",
     "PACKAGES",
