@@ -105,7 +105,7 @@ def test_jax_probe_results():
 
 def test_memory_and_disk_against_the_table():
     need = resources.totals(resources.select(["01", "04"]), "full")
-    assert need.ram_gib == 24.0 and need.disk_gib == 5.5
+    assert need.ram_gib == 20.0 and need.disk_gib == 5.5
     assert doctor.check_memory(16 * GIB, need.ram_gib, "full").status == "fail"
     assert doctor.check_memory(64 * GIB, need.ram_gib, "full").status == "ok"
     assert doctor.check_disk(int(5 * GIB), 5.5, Path("/x"), "full").status == "fail"

@@ -53,7 +53,7 @@ def test_select_by_number_or_stem_and_name_the_unknown():
 
 def test_totals_are_the_largest_memory_and_the_sum_of_the_disk():
     need = resources.totals(resources.select(["01", "04"]), "full")
-    assert (need.ram_gib, need.disk_gib) == (24.0, 5.5)
+    assert (need.ram_gib, need.disk_gib) == (20.0, 5.5)
     assert resources.totals([], "smoke") == resources.Needs(0.0, 0.0)
 
 

@@ -131,8 +131,10 @@ NOTEBOOKS = {
             Needs(4.0, 0.1),
             {"sdxl": ("text_encoder", "tokenizer")},
         ),
-        # full: the JAX pipeline in bf16 on the host while it loads, plus diffusers' fp32 reference
-        Notebook("01_sdxl_in_jax", "TPU v5e", Needs(3.0, 0.1), Needs(24.0, 0.5), {"sdxl": None}),
+        # full: the rehearsal measured 19.3 GiB anonymous at most (benchmarks/results/rehearsal.json):
+        # the comparison, diffusers' float32 UNet and VAE (its text encoders already released) beside
+        # the bf16 JAX pipeline
+        Notebook("01_sdxl_in_jax", "TPU v5e", Needs(3.0, 0.1), Needs(20.0, 0.5), {"sdxl": None}),
         # full: the rehearsal measured 13.6 GiB anonymous at most (benchmarks/results/rehearsal.json):
         # the plan cell, which compiles the SDXL program for a v5e-4 on the host
         Notebook(
@@ -146,9 +148,10 @@ NOTEBOOKS = {
         # 12.2 GiB anonymous at most (benchmarks/results/rehearsal.json): the parity check, diffusers'
         # f32 pipeline beside OpenVINO's default one
         Notebook("04_openvino_export_and_run", "x86 CPU", Needs(3.0, 0.3), Needs(13.0, 5.0), {"sd15": None}),
-        # full: its own export plus five INT8 UNets. The rehearsal measured 18.3 GiB anonymous for
-        # the kernel and its children together (benchmarks/results/rehearsal.json): the lesson's
-        # nncf.quantize of the whole UNet runs in the kernel, and a quantizing child reached 9.2
+        # full: its own export plus five INT8 UNets. The rehearsal measured 13.8 GiB anonymous for
+        # the kernel and its children together (benchmarks/results/rehearsal.json): the quality cell,
+        # with a quantizing child at 9.2 before it. The per-group ranking, which the rehearsal leaves
+        # out, runs one more full INT8 quantization in the kernel beside the f32 pipeline
         Notebook(
             "05_int8_quantization",
             "x86 CPU",
