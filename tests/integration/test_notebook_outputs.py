@@ -12,7 +12,7 @@ import nbformat
 import pytest
 
 from sdaccel.course import colab as installer
-from sdaccel.course import run_profiles
+from sdaccel.course import run_notebooks, run_profiles
 from sdaccel.course.notebook import REPOSITORY_URL, SETUP_CELL
 from sdaccel.course.run_notebooks import (
     BANNED_PHRASES,
@@ -23,6 +23,7 @@ from sdaccel.course.run_notebooks import (
     cells_without_figures,
     discover,
     drop_widget_state,
+    machine_paths,
     noisy_outputs,
     saved_widget_state,
 )
@@ -119,6 +120,24 @@ def test_the_absolute_path_of_the_clone_is_found_in_sources_and_outputs(tmp_path
         f'cell 0: MODEL_ID = "{clone}/checkpoints/tiny-shapes-sd15"',
         f"cell 2: PosixPath('{clone}/b')",
     ]
+
+
+def test_a_snapshot_folder_of_the_stand_in_is_a_machine_path_in_the_rehearsal(monkeypatch, tmp_path):
+    # 01 printed `pipe.folder`, the hub id resolved into the stand-in's cache: the rehearsal's
+    # copy showed that machine's folder where a reader wants the id they loaded.
+    home = tmp_path / "hf-home"
+    monkeypatch.setitem(run_notebooks.PROFILE_ENV, "rehearsal", {"HF_HOME": str(home)})
+    snapshot = home / "hub/models--org--name/snapshots/abc"
+    nb = notebook(
+        code("print(pipe.folder)", stream("stdout", f"loaded {snapshot} in 19.7 s\n")),
+        code("print(MODEL_ID)", stream("stdout", "loaded org/name in 19.7 s\n")),
+        code("print(REPO)", stream("stdout", f"{run_notebooks.REPO}/build\n")),
+    )
+    assert machine_paths(nb, "rehearsal") == [
+        f"cell 2: {run_notebooks.REPO}/build",
+        f"cell 0: loaded {snapshot} in 19.7 s",
+    ]
+    assert machine_paths(nb, "smoke") == [f"cell 2: {run_notebooks.REPO}/build"]  # no stand-in there
 
 
 def test_folders_in_the_repository_are_handed_to_the_kernel_relative_to_its_folder(tmp_path):

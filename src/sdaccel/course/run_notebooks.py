@@ -224,6 +224,17 @@ def absolute_paths(nb: dict, root: str | os.PathLike = REPO) -> list[str]:
     return found
 
 
+def machine_paths(nb: dict, profile: str) -> list[str]:
+    """:func:`absolute_paths` of the clone and of the Hugging Face home that the profile's kernels
+    read (the rehearsal's hub stand-in): a hub id resolves to a snapshot folder there, which a
+    reader's executed copy would show as their own cache, so a notebook prints the id it loaded."""
+    roots = [REPO]
+    hf_home = PROFILE_ENV[profile].get("HF_HOME")
+    if hf_home:
+        roots.append(Path(hf_home))
+    return [problem for root in roots for problem in absolute_paths(nb, root)]
+
+
 def cells_without_figures(nb: dict) -> list[int]:
     """Indices of the code cells that call ``plt.show()`` at their top level but have no
     ``image/png`` output (the figure was drawn but not shown inline)."""
@@ -1140,9 +1151,11 @@ def run_all(
         write_summary(build_dir, profile, rows)
         print(f"  ok in {run.seconds:.0f} s -> {run.executed.relative_to(build_dir.parent)}", flush=True)
         executed = json.loads(run.executed.read_text())
-        for problem in noisy_outputs(executed) + [
-            f"cell {i}: no inline figure" for i in cells_without_figures(executed)
-        ]:
+        for problem in (
+            noisy_outputs(executed)
+            + [f"cell {i}: no inline figure" for i in cells_without_figures(executed)]
+            + [f"{where} (an absolute path)" for where in machine_paths(executed, profile)]
+        ):
             print(f"  note: {problem}", flush=True)
     return runs, failures
 
