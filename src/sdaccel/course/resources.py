@@ -135,20 +135,20 @@ NOTEBOOKS = {
         # the comparison, diffusers' float32 UNet and VAE (its text encoders already released) beside
         # the bf16 JAX pipeline
         Notebook("01_sdxl_in_jax", "TPU v5e", Needs(3.0, 0.1), Needs(20.0, 0.5), {"sdxl": None}),
-        # full: the rehearsal measured 13.6 GiB anonymous at most (benchmarks/results/rehearsal.json):
+        # full: the rehearsal measured 13.5 GiB anonymous at most (benchmarks/results/rehearsal.json):
         # the plan cell, which compiles the SDXL program for a v5e-4 on the host
         Notebook(
             "02_sharding_across_cores", "TPU v5e-4/-8", Needs(3.0, 0.1), Needs(14.0, 0.5), {"sdxl": None}
         ),
         # full: the float32 comparison loads a second copy of the weights. The rehearsal (which leaves
-        # it out) measured 16.5 GiB anonymous at most (benchmarks/results/rehearsal.json): the buckets
+        # it out) measured 16.4 GiB anonymous at most (benchmarks/results/rehearsal.json): the buckets
         # cell, after the batch sweep, with the bf16 weights and the programs of every shape so far
         Notebook("03_tpu_performance", "TPU v5e", Needs(3.0, 0.5), Needs(18.0, 2.0), {"sdxl": None}),
         # full: the f32 OpenVINO export of SD 1.5 (about 4 GB) under build/. The rehearsal measured
-        # 12.2 GiB anonymous at most (benchmarks/results/rehearsal.json): the parity check, diffusers'
+        # 12.3 GiB anonymous at most (benchmarks/results/rehearsal.json): the parity check, diffusers'
         # f32 pipeline beside OpenVINO's default one
         Notebook("04_openvino_export_and_run", "x86 CPU", Needs(3.0, 0.3), Needs(13.0, 5.0), {"sd15": None}),
-        # full: its own export plus five INT8 UNets. The rehearsal measured 13.8 GiB anonymous for
+        # full: its own export plus five INT8 UNets. The rehearsal measured 13.7 GiB anonymous for
         # the kernel and its children together (benchmarks/results/rehearsal.json): the quality cell,
         # with a quantizing child at 9.2 before it. The per-group ranking, which the rehearsal leaves
         # out, runs one more full INT8 quantization in the kernel beside the f32 pipeline
