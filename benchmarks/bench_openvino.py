@@ -97,9 +97,12 @@ weights stored fp16, traced at ``--latent``) are timed side by side, interleaved
 (``sdaccel.cpu.benchmark.compose_stack``; a DeepCache step averages ``(t_full + (N - 1) t_shallow) / N``).
 ``--stack-int8 VARIANT`` adds INT8 alone and with DeepCache: the UNet quantized by that variant's
 recipe and DeepCache's shallow UNet quantized alike, timed beside the four (not merged: merging on
-top of INT8 cost the trained toy its adherence). Its quality cost: ``python -m
-sdaccel.toy.stack_quality checkpoints/tiny-shapes-sd15 --levers static tome deepcache`` (and
-``--levers static int8 deepcache`` for the INT8 rows).
+top of INT8 cost the trained toy its adherence). ``--deepcache-layer-cut`` adds DeepCache cut at
+the last up block's last layer (``sdaccel.cpu.deepcache``'s ``cut="layer"``, the paper's default
+branch): its shallow UNet, timed beside the others in float, which it stays in after the INT8 UNet
+too (``sdaccel.cpu.deepcache.QUANTIZED_PARTS``). Its quality cost: ``python -m sdaccel.toy.stack_quality checkpoints/tiny-shapes-sd15
+--levers static tome deepcache`` (and ``--levers static int8 deepcache`` for the INT8 rows, with
+``--deepcache-cut layer`` for the layer cut's).
 
 Lever ``vae_int8``: the VAE decoder (batch 1, ``8 x --latent`` pixels square) in PyTorch fp32 (when
 the run has a ``torch_fp32`` row), as an IR in the best float, and quantized by each recipe of
@@ -881,6 +884,11 @@ def bench_stack(model: str, args, work: Path, spec: dict, result: dict, source: 
     out = {"ratio": ratio, "intervals": args.deepcache_intervals, "latent": args.latent, "export": {}}
     exports = {
         "shallow": ("the shallow UNet", export_deepcache_shallow, (model, str(irs["shallow"]))),
+        "layer shallow": (
+            "the shallow UNet of the layer cut",
+            export_deepcache_shallow,
+            (model, str(work / "unet_shallow_layer_fp16.xml"), 0, "layer"),
+        ),
         "merged": (
             f"the UNet merged at {key}",
             export_tome_ir,
@@ -892,8 +900,14 @@ def bench_stack(model: str, args, work: Path, spec: dict, result: dict, source: 
             (model, str(irs["merged shallow"]), ratio, args.latent, 0, "shallow"),
         ),
     }
+    if args.deepcache_layer_cut:
+        irs["layer shallow"] = work / "unet_shallow_layer_fp16.xml"
+    else:
+        del exports["layer shallow"]
     for role, (what, export, export_args) in exports.items():
-        finished = irs[role].is_file() and (role == "shallow" or irs[role].with_suffix(".json").is_file())
+        finished = irs[role].is_file() and (
+            role.endswith("shallow") and "merged" not in role or irs[role].with_suffix(".json").is_file()
+        )
         if args.reuse and finished:
             out["export"][role] = {"ok": True, "reused": str(irs[role].resolve())}
             continue
@@ -904,6 +918,7 @@ def bench_stack(model: str, args, work: Path, spec: dict, result: dict, source: 
         if not run.ok:
             return {**out, "ok": False, "error": f"export of {what} failed: {run.error}"}
     cached = {"cached": cached_shape(unet_config(model), args.batch, args.latent, args.latent)}
+    layer = {"cached": cached_shape(unet_config(model), args.batch, args.latent, args.latent, "layer")}
     if args.stack_int8:
         int8 = stack_int8_irs(model, args, work, result, source, irs["shallow"], cached)
         if "error" in int8:
@@ -911,7 +926,9 @@ def bench_stack(model: str, args, work: Path, spec: dict, result: dict, source: 
         out["int8"] = {"recipe": args.stack_int8, **int8["record"]}
         irs |= int8["irs"]
     irs = {role: str(xml) for role, xml in irs.items()}
-    out.update(time_side_by_side("stack", irs, {**spec, "extra": cached}, precision, args))
+    by_arm = {role: layer for role in irs if role == "layer shallow"}
+    spec = {**spec, "extra": cached, "extra_by_arm": by_arm}
+    out.update(time_side_by_side("stack", irs, spec, precision, args))
     if out["ok"]:
         torch_row = result["variants"].get("torch_fp32", {})
         out["rows"] = compose_stack(
@@ -1171,6 +1188,12 @@ def parse_args(argv=None):
     )
     parser.add_argument(
         "--no-deepcache-int8", action="store_true", help="time DeepCache's shallow UNet in float only"
+    )
+    parser.add_argument(
+        "--deepcache-layer-cut",
+        action="store_true",
+        help="lever stack: also time DeepCache cut at the last up block's last layer (the DeepCache "
+        "paper's default branch; its shallow UNet, one layer, in float, with --stack-int8 after the INT8 UNet too)",
     )
     parser.add_argument(
         "--lever-rounds", type=int, default=3, help="rounds of the runtime/static/guidance_split levers"

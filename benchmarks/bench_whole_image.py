@@ -31,6 +31,9 @@ row                    what runs
                        whose recipe it imports): the pipeline compiled static, and every step run by
                        DeepCache at ``--stack-interval`` (3) from its two UNets, both quantized full
                        INT8 with the ResNets in float; always run whole, never composed
+``ov_stack_layer_20``  the same with DeepCache cut at the last up block's last layer (the DeepCache
+                       paper's default branch, ``cut="layer"``), at ``--stack-layer-interval`` (2);
+                       only its full UNet is quantized (the shallow one is one layer, kept in float)
 ``lcm4_lora_int8``     4 steps, LCM scheduler, an LCM-LoRA-shaped adapter (random, rank 64, every
                        UNet layer LCM-LoRA adapts) fused at export, guidance off (UNet batch 1), the
                        fused f32 UNet quantized with ``--lcm-variant``; the export's VAE decoder.
@@ -113,6 +116,7 @@ from sdaccel.course.whole_image_rows import (
     OV_INT8_WEIGHTS_20,
     OV_SENSITIVE_4_20,
     OV_STACK_20,
+    OV_STACK_LAYER_20,
     TORCH_FP32_20,
     is_openvino,
     lcm_row_key,
@@ -120,6 +124,7 @@ from sdaccel.course.whole_image_rows import (
     ov_row_variant,
 )
 from sdaccel.cpu.benchmark import machine_info, run_child, summarize_run
+from sdaccel.cpu.deepcache import QUANTIZED_PARTS, folder_name, lever_name
 from sdaccel.toy import replayed_recipes
 from sdaccel.toy.adherence import FLOAT_GROUP_RECIPES, float_group_ignored
 from sdaccel.toy.distill_config import TARGET_MODULES
@@ -153,7 +158,15 @@ DEFAULT_ROWS = {
     "sdxl": tuple(
         r
         for r in ROWS
-        if r not in (OV_INT8_WEIGHTS_20, OV_HYBRID_20, OV_STACK_20, OV_ACCURACY_CONTROL_20, OV_SENSITIVE_4_20)
+        if r
+        not in (
+            OV_INT8_WEIGHTS_20,
+            OV_HYBRID_20,
+            OV_STACK_20,
+            OV_STACK_LAYER_20,
+            OV_ACCURACY_CONTROL_20,
+            OV_SENSITIVE_4_20,
+        )
     ),
 }
 #: How the random checkpoint's weights are stored (the loaders upcast: timing does not change).
@@ -474,8 +487,10 @@ class Bench:
             "lcm_variant",
             "compose",
             "stack_interval",
+            "stack_layer_interval",
         )
-        # a setting a file predates (stack_interval) cannot disagree with rows it has none of
+        # a setting a file predates (stack_interval, stack_layer_interval) cannot disagree with rows
+        # it has none of
         now = self.args.__dict__
         changed = {k: (previous["settings"].get(k, now[k]), now[k]) for k in same}
         before = changed["lcm_variant"][0]
@@ -639,22 +654,27 @@ def prepare(bench: Bench, args) -> dict:
             args.calib_samples, path=xml, limit_gb=args.quant_memory_gb + 4,
         )  # fmt: skip
         paths[f"unet_{name}"] = str(xml)
-    if OV_STACK_20 in rows:
-        # DeepCache's two UNets from the checkpoint, both quantized by the stack's INT8 recipe
+    for key, cut in ((OV_STACK_20, "block"), (OV_STACK_LAYER_20, "layer")):
+        if key not in rows:
+            continue
+        # DeepCache's two UNets from the checkpoint, cut at the block or at the last layer, and
+        # quantized by the stack's INT8 recipe (the layer cut's full UNet alone: QUANTIZED_PARTS)
         if not _made(calib):
             _calibrate(bench, args, str(f32), calib, None, None)
-        deepcache = work / "deepcache-f32" / "unet_deepcache"
+        name = "" if cut == "block" else f"_{cut}"
+        deepcache = work / "deepcache-f32" / folder_name(cut)
         bench.artifact(
-            "deepcache", "export DeepCache's full and shallow UNets (f32)", deepcache_irs, str(src),
-            str(deepcache.parent), path=deepcache,
+            f"deepcache{name}", f"export DeepCache's full and shallow UNets, {cut} cut (f32)", deepcache_irs,
+            str(src), str(deepcache.parent), cut, path=deepcache,
         )  # fmt: skip
-        stack = work / "deepcache-stack-int8"
+        stack = work / f"deepcache-stack{name.replace('_', '-')}-int8"
         bench.artifact(
-            "deepcache_int8", "quantize both: full INT8, the ResNets in float", quantize_stack,
-            str(deepcache), str(stack), str(calib), args.calib_samples, path=stack,
+            f"deepcache{name}_int8",
+            f"quantize {' and '.join(QUANTIZED_PARTS[cut])} ({cut} cut): full INT8, the ResNets in float",
+            quantize_stack, str(deepcache), str(stack), str(calib), args.calib_samples, cut, path=stack,
             limit_gb=args.quant_memory_gb + 4,
         )  # fmt: skip
-        paths["stack"] = str(stack)
+        paths[f"stack{name}"] = str(stack)
     if rows & {*LCM_ROWS, JAX_LCM4_LORA_TAESD}:
         lora = work / "lcm-lora-r64" / "pytorch_lora_weights.safetensors"
         bench.artifact(
@@ -821,30 +841,42 @@ def _quantize_replayed(src_xml, dst_xml, name, found, calibration, samples) -> d
     }
 
 
-def deepcache_irs(src: str, export_dir: str) -> dict:
-    """Child: DeepCache's full and shallow IRs of ``src``, into ``<export_dir>/unet_deepcache``."""
+def deepcache_irs(src: str, export_dir: str, cut: str = "block") -> dict:
+    """Child: DeepCache's full and shallow IRs of ``src`` cut at ``cut``, into
+    ``<export_dir>/unet_deepcache`` (``unet_deepcache_layer`` for the layer cut)."""
     from sdaccel.cpu.deepcache import export_deepcache
 
-    return {"folder": str(export_deepcache(src, export_dir))}
+    return {"folder": str(export_deepcache(src, export_dir, cut=cut)), "cut": cut}
 
 
-def quantize_stack(deepcache: str, dst: str, calibration: str, samples: int) -> dict:
-    """Child: both DeepCache IRs quantized by the stack's recipe, the one the toy's stack measures
-    (:func:`sdaccel.toy.stack_quality.recipe_patterns` of its ``FLOAT_GROUPS``)."""
+def quantize_stack(deepcache: str, dst: str, calibration: str, samples: int, cut: str = "block") -> dict:
+    """Child: DeepCache's IRs quantized by the stack's recipe, the one the toy's stack measures
+    (:func:`sdaccel.toy.stack_quality.recipe_patterns` of its ``FLOAT_GROUPS``): both for the block
+    cut, the full IR alone for the layer cut (``QUANTIZED_PARTS``)."""
     from sdaccel.cpu.deepcache import quantize_deepcache
     from sdaccel.toy.stack_quality import FLOAT_GROUPS, recipe_patterns
 
     ignored = recipe_patterns(FLOAT_GROUPS)
-    quantize_deepcache(deepcache, dst, calibration, "full_int8", subset_size=samples, ignored=ignored)
-    return {"recipe": "full_int8", "float_groups": list(FLOAT_GROUPS), "ignored": ignored}
+    parts = QUANTIZED_PARTS[cut]
+    quantize_deepcache(
+        deepcache, dst, calibration, "full_int8", subset_size=samples, parts=parts, ignored=ignored
+    )
+    return {"recipe": "full_int8", "float_groups": list(FLOAT_GROUPS), "ignored": ignored, "quantized": parts}
 
 
 def stack_row(
-    folder: str, deepcache: str, interval: int, steps: int, size: int, runs: int, warmup_steps: int
+    folder: str,
+    deepcache: str,
+    interval: int,
+    steps: int,
+    size: int,
+    runs: int,
+    warmup_steps: int,
+    cut: str = "block",
 ) -> dict:
     """The stack: the pipeline compiled static for one image of ``size`` with CFG, and each UNet
-    step run by DeepCache at ``interval`` from the INT8 IRs in ``deepcache``. The warm-up call runs
-    at least 2 steps, so that both IRs have run once before the timed calls."""
+    step run by DeepCache at ``interval`` from the INT8 IRs in ``deepcache`` (cut at ``cut``). The
+    warm-up call runs at least 2 steps, so that both IRs have run once before the timed calls."""
     import time
 
     from sdaccel.cpu.deepcache import DeepCache
@@ -869,6 +901,7 @@ def stack_row(
         **ov_record(pipe, cache.models["full"], None, load_s),
         "deepcache": {
             "interval": interval,
+            "cut": cut,
             "unet_calls_per_image": {k: v / runs for k, v in cache.calls.items()},
         },
     }
@@ -897,6 +930,14 @@ def measure(bench: Bench, args, paths: dict) -> None:
         elif key == OV_STACK_20:
             title = f"OpenVINO static + full INT8 (ResNets in float) + DeepCache N={args.stack_interval}, {steps} steps"
             fn_args = (paths["export"], paths["stack"], args.stack_interval, steps, size, runs, wsteps)
+            plan.append((key, title, stack_row, fn_args, None))
+        elif key == OV_STACK_LAYER_20:
+            interval = args.stack_layer_interval
+            title = (
+                "OpenVINO static + full INT8 (ResNets in float) + "
+                f"{lever_name(interval, 'layer')}, {steps} steps"
+            )
+            fn_args = (paths["export"], paths["stack_layer"], interval, steps, size, runs, wsteps, "layer")
             plan.append((key, title, stack_row, fn_args, None))
         elif (variant := ov_row_variant(key)) is not None:
             xml = paths.get(f"unet_{variant}")
@@ -978,6 +1019,12 @@ def parse_args(argv=None):
     parser.add_argument(
         "--stack-interval", type=int, default=3, help="DeepCache's interval N in the ov_stack_20 row"
     )
+    parser.add_argument(
+        "--stack-layer-interval",
+        type=int,
+        default=2,
+        help="DeepCache's interval N in the ov_stack_layer_20 row (cut at the last layer)",
+    )
     parser.add_argument("--few-steps", type=int, default=4)
     parser.add_argument(
         "--size", type=int, default=None, help=f"image side (default: {SIZE}; --quick: {QUICK_SIZE})"
@@ -1053,7 +1100,15 @@ def parse_args(argv=None):
         args.quality = "none"
     elif args.quality is not None and not Path(args.quality).exists():
         parser.error(f"--quality: no file or folder {args.quality} (or 'none' to leave the columns out)")
-    for flag in ("runs", "warmup_steps", "steps", "few_steps", "calib_samples", "stack_interval"):
+    for flag in (
+        "runs",
+        "warmup_steps",
+        "steps",
+        "few_steps",
+        "calib_samples",
+        "stack_interval",
+        "stack_layer_interval",
+    ):
         if getattr(args, flag) < 1:
             parser.error(f"--{flag.replace('_', '-')} must be at least 1")
     if len(set(args.lcm_variant)) != len(args.lcm_variant):

@@ -422,3 +422,26 @@ def test_the_toys_accuracy_control_replays_on_the_sd15_layout(tmp_path):
     row = result["rows"]["ov_full_int8_float_resnets_20"]
     assert row["ok"] and row["unet_layers"].get("i8", 0) > 0
     assert row["title"].startswith("OpenVINO full_int8 UNet, ResNets in float, 3 steps")
+
+
+def test_the_stack_with_deepcache_cut_at_the_last_layer_runs_whole(tmp_path):
+    """The layer cut's stack end to end on the quick checkpoint: its own DeepCache IRs next to the
+    block cut's folder name, both quantized by the stack's recipe, and a static pipeline that runs
+    the full UNet on every second step."""
+    out = tmp_path / "out.json"
+    run = bench(
+        "sd15", "--quick", "--rows", "ov_stack_layer_20", "--runs", "1", "--quality", "none",
+        "--out", str(out), "--workdir", str(tmp_path / "work"), timeout=600,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr[-3000:]
+    result = json.loads(out.read_text())
+    assert result["artifacts"]["deepcache_layer"]["path"].endswith("unet_deepcache_layer")
+    assert result["artifacts"]["deepcache_layer_int8"]["ok"] and "deepcache" not in result["artifacts"]
+    row = result["rows"]["ov_stack_layer_20"]
+    steps = result["settings"]["steps"]
+    assert row["ok"] and row["title"].startswith(
+        "OpenVINO static + full INT8 (ResNets in float) + DeepCache N=2 (layer cut)"
+    )
+    assert row["deepcache"]["cut"] == "layer" and row["deepcache"]["interval"] == 2
+    full = -(-steps // 2)
+    assert row["deepcache"]["unet_calls_per_image"] == {"full": full, "shallow": steps - full}

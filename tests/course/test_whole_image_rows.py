@@ -37,8 +37,9 @@ def test_other_keys_have_no_openvino_variant():
     assert rows.ov_row_variant("jax_fp32_20") is None
     assert rows.ov_row_variant("torch_fp32_20") is None
     # the stack runs DeepCache's two UNets: an OpenVINO row of the usual steps, but no one variant
-    assert rows.ov_row_variant(rows.OV_STACK_20) is None
-    assert rows.is_openvino(rows.OV_STACK_20) and not rows.is_few_step(rows.OV_STACK_20)
+    for stack in rows.STACK_ROWS:  # the block cut's and the layer cut's
+        assert rows.ov_row_variant(stack) is None
+        assert rows.is_openvino(stack) and not rows.is_few_step(stack)
     assert not rows.is_openvino("jax_lcm4_lora_taesd") and rows.is_few_step("jax_lcm4_lora_taesd")
     assert rows.is_openvino("lcm4_lora_full_int8_taesd")
 

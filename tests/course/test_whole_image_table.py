@@ -369,6 +369,7 @@ def test_reference_files_are_the_kept_runs_or_the_given_ones(tmp_path):
     ]
     (tmp_path / "whole_image_sd15_stack.json").write_text("{}")
     (tmp_path / "whole_image_sd15_float_resnets.json").write_text("{}")
+    (tmp_path / "whole_image_sd15_layer_cut.json").write_text("{}")
     assert [p.name for p in whole_image.reference_files(tmp_path)] == list(whole_image.REFERENCE_FILES)
     mine = tmp_path / "mine.json"
     mine.write_text("{}")
@@ -534,6 +535,13 @@ def test_a_table_is_headed_by_its_model_and_size_and_the_stack_when_it_ran():
     )
     del table["rows"]["ov_stack_20"]
     assert whole_image.heading(table) == "SD 1.5 at 512x512, with the toy's INT8 recipes replayed"
+    layer = {
+        "settings": {"model": "sd15", "size": 512},
+        "rows": {"torch_fp32_20": {}, "ov_stack_layer_20": {}},
+    }
+    assert whole_image.heading(layer) == (
+        "SD 1.5 at 512x512, with the levers stacked and DeepCache cut at the last layer"
+    )
     # the ResNets' recipe: its row of the usual steps, or the few-step rows of that --lcm-variant
     few = {"settings": {"model": "sd15", "size": 512, "lcm_variant": ["full_int8_float_resnets"]}}
     few["rows"] = {"torch_fp32_20": {}, "lcm4_lora_int8": {}}

@@ -165,6 +165,26 @@ def test_the_stack_adds_int8_alone_and_with_deepcache_when_both_int8_arms_were_t
         B.compose_stack({**STACK_ARMS, "int8": _arm(2.0, 5.0)}, 0.5, [2])
 
 
+def test_the_stack_adds_the_layer_cut_where_its_shallow_unets_were_timed():
+    arms = {
+        **STACK_ARMS,
+        "int8": _arm(2.0, 4.0),
+        "int8 shallow": _arm(1.2, 2.4),
+        "layer shallow": _arm(0.5, 1.0),
+    }
+    rows = B.compose_stack(arms, 0.5, [2, 3])
+    layer = rows["+ INT8 + DeepCache N=2 (layer cut)"]
+    assert layer["levers"] == ["static shapes", "INT8", "DeepCache N=2 (layer cut)"]
+    # the INT8 UNet on full steps, the layer cut's float shallow UNet between them
+    assert layer["cpu_s_per_step"] == pytest.approx((4.0 + 1.0) / 2)
+    assert rows["+ DeepCache N=3 (layer cut)"]["cpu_s_per_step"] == pytest.approx(
+        (STACK_ARMS["full"]["cpu_s_per_call"] + 2 * 1.0) / 3
+    )
+    # without the INT8 arms the layer cut is timed in float only
+    float_only = B.compose_stack({**STACK_ARMS, "layer shallow": _arm(0.5, 1.0)}, 0.5, [2])
+    assert "+ DeepCache N=2 (layer cut)" in float_only and not any("INT8" in n for n in float_only)
+
+
 def test_the_stack_has_its_lines_in_the_table():
     rows = B.compose_stack(STACK_ARMS, 0.5, [2])
     stack = {"ok": True, "precision_asked": "f32", "rounds": 2, "latent": 64, "rows": rows}

@@ -4,6 +4,7 @@ the full IR every N-th step, INT8 of both IRs, and the quality cost on the train
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 from pathlib import Path
 
@@ -14,11 +15,15 @@ ov = pytest.importorskip("openvino")
 
 from sdaccel.core.checkpoint import read_config  # noqa: E402
 from sdaccel.cpu.deepcache import (  # noqa: E402
+    CUTS,
     MODEL_XML,
+    QUANTIZED_PARTS,
     DeepCache,
     cached_shape,
     compile_parts,
     export_deepcache,
+    folder_name,
+    lever_name,
     quantize_deepcache,
 )
 from sdaccel.cpu.export import export_pipeline, text_to_image_components  # noqa: E402
@@ -65,18 +70,28 @@ def _unet_inputs(folder, seed: int, timestep: int, latent: int = 8) -> dict:
     return inputs
 
 
+@pytest.fixture(scope="module")
+def layer_cuts(exports, tiny_sd15, tiny_sdxl):
+    """The layer cut's two IRs, next to the block cut's in the same export folders."""
+    return {
+        src.name: export_deepcache(src, exports[src.name][0], cut="layer") for src in (tiny_sd15, tiny_sdxl)
+    }
+
+
+@pytest.mark.parametrize("cut", CUTS)
 @pytest.mark.parametrize("name", ["tiny-sd15", "tiny-sdxl"])
-def test_the_two_irs_are_exact_cuts_of_the_unet(exports, name):
+def test_the_two_irs_are_exact_cuts_of_the_unet(exports, layer_cuts, name, cut):
     """On one step, f32: full IR == plain UNet IR, and shallow(cached = full's cached) == full.
     Both are the same operations in the same order, so they agree to float rounding (measured:
     bitwise). A cached feature from another step must change the shallow output (it is used)."""
     folder, deep = exports[name]
+    deep = deep if cut == "block" else layer_cuts[name]
     plain = compile_f32(folder / "unet" / MODEL_XML)
     full, shallow = (compile_f32(deep / part / MODEL_XML) for part in ("full", "shallow"))
     inputs = _unet_inputs(folder, seed=0, timestep=500)
     expected = plain(inputs)["out_sample"]
     ours = full(inputs)
-    assert ours["cached"].shape == cached_shape(read_config(folder, "unet"), 2, 8, 8)
+    assert ours["cached"].shape == cached_shape(read_config(folder, "unet"), 2, 8, 8, cut)
     np.testing.assert_allclose(ours["out_sample"], expected, rtol=0, atol=1e-5)
     np.testing.assert_allclose(
         shallow({**inputs, "cached": ours["cached"]})["out_sample"], expected, rtol=0, atol=1e-5
@@ -84,6 +99,35 @@ def test_the_two_irs_are_exact_cuts_of_the_unet(exports, name):
     other = full(_unet_inputs(folder, seed=1, timestep=100))["cached"]
     stale = shallow({**inputs, "cached": other})["out_sample"]
     assert np.abs(stale - expected).max() > 1e-2
+
+
+def test_the_layer_cut_has_its_own_folder_and_a_cheaper_shallow_ir(exports, layer_cuts):
+    """The layer cut's IRs go to unet_deepcache_layer, its manifest names the cut, and its shallow
+    IR holds fewer operations than the block cut's (one layer of the last up block, none of the
+    first down block) while the two full IRs are the same UNet."""
+    block, layer = exports["tiny-sd15"][1], layer_cuts["tiny-sd15"]
+    assert layer.name == folder_name("layer") == "unet_deepcache_layer" and block.name == folder_name()
+    manifest = json.loads((layer / "deepcache.json").read_text())
+    assert manifest["cut"] == "layer"
+    assert (
+        manifest["cached_channels"] == read_config(exports["tiny-sd15"][0], "unet")["block_out_channels"][0]
+    )
+
+    def ops(folder, part):
+        return len(ov.Core().read_model(folder / part / MODEL_XML).get_ops())
+
+    assert ops(layer, "shallow") < 0.8 * ops(block, "shallow")
+    # the same UNet; only where its second output is taken differs (a few operations of 1000)
+    assert abs(ops(layer, "full") - ops(block, "full")) <= 0.02 * ops(block, "full")
+
+
+def test_cuts_are_named_alike_everywhere():
+    from sdaccel.cpu import torch_modules
+
+    assert CUTS == torch_modules.CUTS == ("block", "layer")
+    assert lever_name(3) == "DeepCache N=3" and lever_name(2, "layer") == "DeepCache N=2 (layer cut)"
+    with pytest.raises(ValueError, match="cut must be one of"):
+        folder_name("branch")
 
 
 def test_export_is_skipped_when_present(exports, tiny_sd15, capsys):
@@ -192,6 +236,33 @@ def test_quantize_both_irs_to_full_int8(exports, pipes, tmp_path):
     reference = pipe(PROMPTS, steps=6, seed=2, deepcache=DeepCache.load(deep, pipe, 2), **SIZE)
     int8 = pipe(PROMPTS, steps=6, seed=2, deepcache=DeepCache.load(tmp_path / "int8", pipe, 2), **SIZE)
     assert compare_images(reference.images, int8.images)["ssim_mean"] > 0.5
+
+
+def test_the_layer_cut_quantizes_its_full_ir_and_keeps_the_shallow_one_in_float(
+    exports, layer_cuts, pipes, tmp_path
+):
+    """QUANTIZED_PARTS["layer"]: the full IR in INT8, the shallow IR copied as it is (the same
+    bytes), the manifest says which; a part that is not an IR is refused before anything is written."""
+    from sdaccel.cpu.quantize import collect_unet_inputs, describe_ir
+
+    deep, pipe = layer_cuts["tiny-sd15"], pipes["tiny-sd15"]
+    calibration = collect_unet_inputs(
+        pipe, PROMPTS, steps=4, num_samples=8, out_dir=tmp_path / "calibration", progress=False, **SIZE
+    )
+    with pytest.raises(ValueError, match="parts must be some of"):
+        quantize_deepcache(deep, tmp_path / "bad", calibration, subset_size=8, parts=("deep",))
+    assert not (tmp_path / "bad").exists()
+    report = quantize_deepcache(
+        deep, tmp_path / "int8", calibration, subset_size=8, parts=QUANTIZED_PARTS["layer"]
+    )
+    assert list(report) == ["full"] and report["full"]["fake_quantize"] > 0
+    assert describe_ir(tmp_path / "int8" / "shallow" / MODEL_XML)["fake_quantize"] == 0
+    for name in (MODEL_XML, "openvino_model.bin"):
+        assert (tmp_path / "int8" / "shallow" / name).read_bytes() == (deep / "shallow" / name).read_bytes()
+    manifest = json.loads((tmp_path / "int8" / "deepcache.json").read_text())
+    assert manifest["cut"] == "layer" and manifest["quantized_parts"] == ["full"]
+    images = pipe(PROMPTS, steps=6, seed=2, deepcache=DeepCache.load(tmp_path / "int8", pipe, 2), **SIZE)
+    assert len(images.images) == len(PROMPTS)
 
 
 # ----------------------------------------------------------------------------------------------

@@ -8,7 +8,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from sdaccel.cpu import torch_modules as TM  # noqa: E402
-from sdaccel.cpu.deepcache import cached_shape  # noqa: E402
+from sdaccel.cpu.deepcache import CUTS, cached_shape  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -32,15 +32,49 @@ def test_the_unet_wrapper_is_the_unet(unet, unet_inputs):
     torch.testing.assert_close(TM.UNet(unet)(*unet_inputs), expected)
 
 
+@pytest.mark.parametrize("cut", CUTS)
 @torch.no_grad()
-def test_deepcache_full_and_shallow_are_the_unet_cut_in_two(unet, unet_inputs):
+def test_deepcache_full_and_shallow_are_the_unet_cut_in_two(unet, unet_inputs, cut):
     expected = unet(*unet_inputs, return_dict=False)[0]
-    out, cached = TM.DeepCacheFull(unet)(*unet_inputs)
+    out, cached = TM.DeepCacheFull(unet, cut)(*unet_inputs)
     torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5)
-    assert tuple(cached.shape) == cached_shape(dict(unet.config), 2, 8, 8)
+    assert tuple(cached.shape) == cached_shape(dict(unet.config), 2, 8, 8, cut)
     # the shallow UNet on the feature of the same step gives the full UNet's output back
-    shallow = TM.DeepCacheShallow(unet)(*unet_inputs, cached=cached)
+    shallow = TM.DeepCacheShallow(unet, cut)(*unet_inputs, cached=cached)
     torch.testing.assert_close(shallow, expected, rtol=1e-5, atol=1e-5)
+
+
+@torch.no_grad()
+def test_the_layer_cut_leaves_the_shallow_part_only_the_last_layer(unet, unet_inputs):
+    """The layer cut's shallow part runs conv_in, the last up block's last ResNet and attention and
+    conv_out: no layer of the first down block, no other layer of the last up block."""
+    first, last = unet.down_blocks[0], unet.up_blocks[-1]
+    names = {id(r): f"down {i}" for i, r in enumerate(first.resnets)}
+    names |= {id(r): f"up {i}" for i, r in enumerate(last.resnets)}
+    every_layer = list(names.values())
+    ran = []
+    hooks = [
+        resnet.register_forward_hook(lambda module, *_: ran.append(names[id(module)]))
+        for resnet in [*first.resnets, *last.resnets]
+    ]
+    try:
+        _, cached = TM.DeepCacheFull(unet, "layer")(*unet_inputs)
+        assert ran == every_layer
+        ran.clear()
+        TM.DeepCacheShallow(unet, "layer")(*unet_inputs, cached=cached)
+        assert ran == [f"up {len(last.resnets) - 1}"]
+        _, cached = TM.DeepCacheFull(unet, "block")(*unet_inputs)
+        ran.clear()
+        TM.DeepCacheShallow(unet, "block")(*unet_inputs, cached=cached)
+        assert ran == every_layer
+    finally:
+        for hook in hooks:
+            hook.remove()
+
+
+def test_an_unknown_cut_is_refused(unet):
+    with pytest.raises(ValueError, match="cut must be one of"):
+        TM.DeepCacheFull(unet, "branch")
 
 
 @torch.no_grad()

@@ -111,6 +111,8 @@ def test_fastest_within_keeps_to_the_bound():
         ({"levers": ("static", "fp8")}, "levers must be some of"),
         ({"levers": ()}, "levers must be some of"),
         ({"levers": "static"}, "levers must be some of"),
+        ({"cut": "branch"}, "cut must be one of"),
+        ({"cut": "layer"}, "token merging's DeepCache IRs are cut at the block"),
     ],
 )
 def test_a_bad_request_is_refused_before_anything_is_written(knobs, message, tmp_path):
@@ -147,3 +149,29 @@ def test_any_levers_stack_in_their_order(result, work):
     full = math.ceil(STEPS / INTERVAL)
     assert row["unet_calls_per_image"] == {"full": full, "shallow": STEPS - full}
     assert 10 < row["psnr_mean"] < 60  # stale deep features move the pixels, not into noise
+
+
+def test_deepcache_cut_at_the_last_layer_stacks_on_int8(result, work):
+    """The layer cut (the DeepCache paper's default): its own IRs next to the block cut's, quantized
+    by the same recipe, named as the benchmark names its rows; on the same f32 images, and a staler
+    cached feature than the block cut's (lower PSNR), not noise."""
+    layer = stack_quality.measure(
+        CHECKPOINT, work / "layer", export_dir=work / "export", num_prompts=PROMPTS, steps=STEPS,
+        levers=("int8", "deepcache"), interval=INTERVAL, cut="layer", calibration_prompts=4,
+        calibration_samples=16,
+    )  # fmt: skip
+    name = f"+ DeepCache N={INTERVAL} (layer cut)"
+    assert list(layer["rows"]) == ["f32", "+ INT8", name]
+    assert layer["rows"][name]["levers"] == ["INT8", f"DeepCache N={INTERVAL} (layer cut)"]
+    assert layer["settings"]["cut"] == "layer" and result["settings"]["cut"] == "block"
+    assert layer["rows"]["f32"]["adherence"] == result["rows"]["f32"]["adherence"]
+    assert (work / "export" / "unet_deepcache_layer" / "shallow" / "openvino_model.xml").is_file()
+    # INT8 quantized the layer cut's full IR, and kept its one-layer shallow IR in float
+    from sdaccel.cpu.quantize import describe_ir
+
+    int8 = work / "layer" / "deepcache_layer_int8"
+    assert describe_ir(int8 / "full" / "openvino_model.xml")["fake_quantize"] > 0
+    assert describe_ir(int8 / "shallow" / "openvino_model.xml")["fake_quantize"] == 0
+    full = math.ceil(STEPS / INTERVAL)
+    assert layer["rows"][name]["unet_calls_per_image"] == {"full": full, "shallow": STEPS - full}
+    assert 10 < layer["rows"][name]["psnr_mean"] < layer["rows"]["+ INT8"]["psnr_mean"]

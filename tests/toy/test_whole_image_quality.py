@@ -79,7 +79,8 @@ def test_each_row_has_its_adherence_and_psnr_against_openvino_f32(measured):
         ({"variants": ("int4",)}, "Unknown INT8 recipes"),
         ({"num_prompts": 0}, "at least 1"),
         ({"lora": REPO / "checkpoints"}, "no LoRA weights"),
-        ({"stack_interval": 0}, "stack_interval >= 1"),
+        ({"stack_interval": 0}, "stack_interval and stack_layer_interval >= 1"),
+        ({"stack_layer_interval": 0}, "stack_interval and stack_layer_interval >= 1"),
         ({"stack_interval": 3, "seed": 1}, "seeds image i"),
         ({"replayed": {"int4": "x.json"}}, "'int4' is not a replayed recipe"),
         ({"replayed": {"full_int8_accuracy_control": "no/such.json"}}, "no/such.json, which is not there"),
@@ -94,15 +95,16 @@ def test_bad_input_is_refused_before_anything_is_written(tmp_path, kwargs, messa
 
 def test_the_stack_row_is_the_stack_quality_runs_last_row_under_the_benchmarks_key(tmp_path, monkeypatch):
     """The stack's row is stack_quality.measure's last row (DeepCache on static shapes and INT8),
-    asked for with the same prompts, steps and guidance, and keyed as the benchmark's stack row."""
+    asked for with the same prompts, steps and guidance, and keyed as the benchmark's stack row;
+    the same for the stack with DeepCache cut at the last layer."""
     from sdaccel.toy import adherence, stack_quality
 
-    asked = {}
+    asked = []
     last = {"adherence": {"score": 0.75}, "psnr_mean": 31.5, "s_per_image": 0.5}
 
     def fake_stack(folder, work, **kwargs):
-        asked.update(kwargs)
-        names = stack_quality.stack_names(0.5, kwargs["interval"], kwargs["levers"])
+        asked.append(kwargs)
+        names = stack_quality.stack_names(0.5, kwargs["interval"], kwargs["levers"], kwargs["cut"])
         return {"rows": {**{name: {} for name in names[:-1]}, names[-1]: last}}
 
     def fake_usual(folder, work, **kwargs):
@@ -110,13 +112,21 @@ def test_the_stack_row_is_the_stack_quality_runs_last_row_under_the_benchmarks_k
 
     monkeypatch.setattr(stack_quality, "measure", fake_stack)
     monkeypatch.setattr(adherence, "evaluate", fake_usual)
-    result = wq.measure(TOY, tmp_path / "work", num_prompts=4, steps=5, stack_interval=3)
+    result = wq.measure(
+        TOY, tmp_path / "work", num_prompts=4, steps=5, stack_interval=3, stack_layer_interval=2
+    )
     assert wq.STACK_ROW == whole_image_rows.OV_STACK_20
+    assert wq.STACK_LAYER_ROW == whole_image_rows.OV_STACK_LAYER_20
+    assert tuple(wq.STACK_ROWS.values()) == whole_image_rows.STACK_ROWS
     row = result["rows"][wq.STACK_ROW]
     assert (row["adherence"], row["psnr_vs_f32"], row["steps"], row["seconds"]) == (0.75, 31.5, 5, 2.0)
-    assert "DeepCache N=3" in row["title"] and result["config"]["stack_interval"] == 3
-    assert (asked["num_prompts"], asked["steps"], asked["guidance_scale"]) == (4, 5, 6.0)
-    assert asked["levers"] == ("static", "int8", "deepcache") and asked["interval"] == 3
+    assert "DeepCache N=3," in row["title"] and result["config"]["stack_interval"] == 3
+    assert "DeepCache N=2 (layer cut)" in result["rows"][wq.STACK_LAYER_ROW]["title"]
+    assert result["config"]["stack_layer_interval"] == 2
+    for kwargs in asked:
+        assert (kwargs["num_prompts"], kwargs["steps"], kwargs["guidance_scale"]) == (4, 5, 6.0)
+        assert kwargs["levers"] == ("static", "int8", "deepcache")
+    assert [(kwargs["interval"], kwargs["cut"]) for kwargs in asked] == [(3, "block"), (2, "layer")]
 
 
 def test_a_replayed_recipe_is_a_row_of_the_usual_steps_under_the_benchmarks_key(tmp_path, monkeypatch):

@@ -42,7 +42,8 @@ from sdaccel.course.whole_image_rows import (
     OV_FLOAT_20,
     OV_FLOAT_RESNETS_20,
     OV_SENSITIVE_4_20,
-    OV_STACK_20,
+    OV_STACK_LAYER_20,
+    STACK_ROWS,
     is_few_step,
     recipe_key,
     row_order,
@@ -266,6 +267,7 @@ REFERENCE_FILES = (
     "whole_image_sd15.json",
     "whole_image_sd15_stack.json",
     "whole_image_sd15_float_resnets.json",
+    "whole_image_sd15_layer_cut.json",
     "whole_image_sdxl.json",
 )
 #: Each model's recipes measured for quality on the trained toy of its layout
@@ -306,7 +308,8 @@ def heading(table: dict) -> str:
     """What a table is about, for its heading: the model and size (``"SD 1.5 at 512x512"``), and
     what else it timed: the toy's INT8 recipes replayed (:data:`OV_ACCURACY_CONTROL_20`,
     :data:`OV_SENSITIVE_4_20`), full INT8 with the ResNets in float (:data:`OV_FLOAT_RESNETS_20`, or
-    a ``--lcm-variant`` of that name), the levers stacked (:data:`OV_STACK_20`)."""
+    a ``--lcm-variant`` of that name), the levers stacked (:data:`STACK_ROWS`), with DeepCache cut at
+    the last layer (:data:`OV_STACK_LAYER_20`)."""
     s = table["settings"]
     extra = []
     if {OV_ACCURACY_CONTROL_20, OV_SENSITIVE_4_20} & set(table["rows"]):
@@ -315,8 +318,10 @@ def heading(table: dict) -> str:
     lcm_variants = s.get("lcm_variant") or ()
     if OV_FLOAT_RESNETS_20 in table["rows"] or (few_step and FLOAT_RESNETS in lcm_variants):
         extra.append("INT8 that keeps the ResNets in float")
-    if OV_STACK_20 in table["rows"]:
+    if set(STACK_ROWS) & set(table["rows"]):
         extra.append("the levers stacked")
+    if OV_STACK_LAYER_20 in table["rows"]:
+        extra.append("DeepCache cut at the last layer")
     return f"{model_name(s['model'])} at {s['size']}x{s['size']}" + (
         f", with {' and '.join(extra)}" if extra else ""
     )

@@ -31,6 +31,11 @@ OV_SENSITIVE_4_20 = "ov_full_int8_sensitive_4_20"
 #: --levers stack``, ``python -m sdaccel.toy.stack_quality``): static shapes, full INT8 with the
 #: ResNets in float, DeepCache; the usual steps.
 OV_STACK_20 = "ov_stack_20"
+#: The same stack with DeepCache cut at the last up block's last layer (``sdaccel.cpu.deepcache``'s
+#: ``cut="layer"``, the DeepCache paper's default branch), at its own interval.
+OV_STACK_LAYER_20 = "ov_stack_layer_20"
+#: The rows that run DeepCache's two UNets.
+STACK_ROWS = (OV_STACK_20, OV_STACK_LAYER_20)
 #: OpenVINO, few steps LCM with an LCM-LoRA fused and an INT8 UNet; then with a tiny autoencoder.
 LCM4_LORA_INT8 = "lcm4_lora_int8"
 LCM4_LORA_INT8_TAESD = "lcm4_lora_int8_taesd"
@@ -49,6 +54,7 @@ ROWS = (
     OV_ACCURACY_CONTROL_20,
     OV_SENSITIVE_4_20,
     OV_STACK_20,
+    OV_STACK_LAYER_20,
     LCM4_LORA_INT8,
     LCM4_LORA_INT8_TAESD,
     JAX_FP32_20,
@@ -76,8 +82,8 @@ def ov_row_key(variant: str) -> str:
 
 def ov_row_variant(key: str) -> str | None:
     """The UNet variant of an ``ov_<variant>_20`` row (``"float"`` for :data:`OV_FLOAT_20`);
-    ``None`` for any other key (:data:`OV_STACK_20` too: it runs more than one UNet)."""
-    if key.startswith("ov_") and key.endswith("_20") and key != OV_STACK_20:
+    ``None`` for any other key (:data:`STACK_ROWS` too: they run more than one UNet)."""
+    if key.startswith("ov_") and key.endswith("_20") and key not in STACK_ROWS:
         return key[3:-3]
     return None
 

@@ -39,7 +39,8 @@ PyTorch). Import the module you need, e.g. ``from sdaccel.cpu.export import expo
   ``replay_ignored``, ``check_replay``, ``VARIANTS``
 
 ## Speed-ups
-- :mod:`deepcache`: ``DeepCache``, ``export_deepcache``, ``quantize_deepcache``, ``compile_parts``
+- :mod:`deepcache`: ``DeepCache``, ``export_deepcache``, ``quantize_deepcache``, ``compile_parts``,
+  ``CUTS``, ``check_cut``, ``folder_name``, ``lever_name``, ``cached_shape``
 - :mod:`tome`: ``export_tome``, ``convert_tome_unet``, ``convert_tome_deepcache``, ``token_merging``, ``tome_folder``
 - :mod:`tiny_vae`: ``export_tiny_decoder``, ``with_tiny_decoder``, ``check_tiny_vae``
 - :mod:`levers`: ``time_arms``, ``Arm``, ``runtime_arms``, ``STATIC_ARMS``, ``GUIDANCE_ARMS``

@@ -43,6 +43,7 @@ import numpy as np
 from sdaccel.core.checkpoint import resolve_checkpoint
 from sdaccel.core.env import cpu_features, cpu_model
 from sdaccel.core.timing import time_calls
+from sdaccel.cpu.deepcache import lever_name
 
 
 def time_wall_and_cpu(call, iters: int, warmup: int) -> tuple[list[float], list[float]]:
@@ -201,17 +202,17 @@ def synthetic_calibration(
     return CalibrationSet.save(samples, folder)
 
 
-def export_deepcache_shallow(model: str, xml: str, seed: int = 0) -> dict:
+def export_deepcache_shallow(model: str, xml: str, seed: int = 0, cut: str = "block") -> dict:
     """Export the shallow UNet that DeepCache runs on its cached steps
-    (:func:`sdaccel.cpu.deepcache.convert_shallow`: the UNet's inputs plus ``cached``, the input of
-    the last up block saved by the last full step; output ``out_sample``), weights stored fp16."""
+    (:func:`sdaccel.cpu.deepcache.convert_shallow`: the UNet's inputs plus ``cached``, the feature
+    at the ``cut`` saved by the last full step; output ``out_sample``), weights stored fp16."""
     import gc
 
     import openvino as ov
 
     from sdaccel.cpu.deepcache import convert_shallow
 
-    ov_model = convert_shallow(build_torch_unet(model, seed))
+    ov_model = convert_shallow(build_torch_unet(model, seed), cut=cut)
     gc.collect()
     Path(xml).parent.mkdir(parents=True, exist_ok=True)
     ov.save_model(ov_model, xml, compress_to_fp16=True)
@@ -255,22 +256,28 @@ def time_tome(
     every round compiles, warms up and times each IR in turn (``sdaccel.cpu.levers.time_arms`` on
     one arm, so one model is in memory at a time). The layout of ``time_arms``' result, with each
     arm's ``speedup`` over the first. ``inputs_spec``: as :func:`time_openvino`'s (its ``"extra"``
-    inputs, DeepCache's cached feature, go to the IRs that have them)."""
+    inputs, DeepCache's cached feature, go to the IRs that have them; ``"extra_by_arm"``: arm name ->
+    extra inputs of another shape for that arm, such as the cached feature of another cut)."""
     import openvino as ov
 
     from sdaccel.cpu import levers
 
     spec = dict(inputs_spec)
     extra = spec.pop("extra", {})
+    by_arm = spec.pop("extra_by_arm", {})
     inputs = unet_inputs(**spec)
     rng = np.random.default_rng(1)
     inputs.update({name: rng.standard_normal(shape, dtype=np.float32) for name, shape in extra.items()})
+    own = {
+        arm: {name: rng.standard_normal(shape, dtype=np.float32) for name, shape in shapes.items()}
+        for arm, shapes in by_arm.items()
+    }
     core = ov.Core()
     ports = {name: {p.get_any_name() for p in core.read_model(xml).inputs} for name, xml in irs.items()}
     rows = {name: {"times": [], "cpu_times": [], "compile_s": []} for name in irs}
     for _ in range(rounds):
         for name, xml in irs.items():
-            mine = {key: value for key, value in inputs.items() if key in ports[name]}
+            mine = {key: value for key, value in (inputs | own.get(name, {})).items() if key in ports[name]}
             arm = levers.time_arms(
                 xml, mine, {name: levers.Arm()}, 1, warmup, precision, keep_compiled=False
             )["arms"][name]
@@ -832,6 +839,10 @@ STACK_ARMS = ("full", "shallow", "merged", "merged shallow")
 #: The INT8 arms that lever ``stack`` times as well when asked (``--stack-int8``): the UNet and
 #: DeepCache's shallow UNet quantized by one recipe.
 STACK_INT8_ARMS = ("int8", "int8 shallow")
+#: DeepCache's shallow UNet of the layer cut (:data:`sdaccel.cpu.deepcache.CUTS`), timed as well when
+#: asked (``--deepcache-layer-cut``), in float: the stacks keep it so after an INT8 UNet too
+#: (:data:`sdaccel.cpu.deepcache.QUANTIZED_PARTS`).
+STACK_LAYER_ARM = "layer shallow"
 
 
 def compose_stack(arms: dict, ratio: float, intervals, torch_fp32: dict | None = None) -> dict:
@@ -840,7 +851,9 @@ def compose_stack(arms: dict, ratio: float, intervals, torch_fp32: dict | None =
     ``intervals`` N, a step averaging ``(t_full + (N - 1) t_shallow) / N``; token merging at
     ``ratio``; and both, the merged UNet on full steps and the merged shallow UNet between them.
     Where ``arms`` has both of :data:`STACK_INT8_ARMS`, also INT8 alone and with DeepCache at each
-    interval (not with merging: on the trained toy, merging on top of INT8 cost the picture).
+    interval (not with merging: on the trained toy, merging on top of INT8 cost the picture). Where
+    it has :data:`STACK_LAYER_ARM`, also DeepCache cut at the last layer at each interval: its
+    shallow step in float after the float UNet, and after the INT8 one when that was timed.
     Each row names its ``levers`` as :mod:`sdaccel.toy.stack_quality`'s rows do.
     The full step of DeepCache is timed as the plain UNet (the same layers; DeepCache's full IR
     only returns one more tensor). Each row: wall and CPU seconds per step, ``x_best_float`` by
@@ -859,6 +872,12 @@ def compose_stack(arms: dict, ratio: float, intervals, torch_fp32: dict | None =
     merge = f"token merging {ratio:g}"
     rows = {"static shapes": (step("full", "shallow", 1), [])}
     rows |= {f"+ DeepCache N={n}": (step("full", "shallow", n), [f"DeepCache N={n}"]) for n in intervals}
+    layer = STACK_LAYER_ARM in arms
+    if layer:
+        rows |= {
+            f"+ {lever_name(n, 'layer')}": (step("full", STACK_LAYER_ARM, n), [lever_name(n, "layer")])
+            for n in intervals
+        }
     rows[f"+ {merge}"] = (step("merged", "merged shallow", 1), [merge])
     rows |= {
         f"+ {merge} + DeepCache N={n}": (step("merged", "merged shallow", n), [merge, f"DeepCache N={n}"])
@@ -873,6 +892,14 @@ def compose_stack(arms: dict, ratio: float, intervals, torch_fp32: dict | None =
             f"+ INT8 + DeepCache N={n}": (step("int8", "int8 shallow", n), ["INT8", f"DeepCache N={n}"])
             for n in intervals
         }
+        if layer:
+            rows |= {
+                f"+ INT8 + {lever_name(n, 'layer')}": (
+                    step("int8", STACK_LAYER_ARM, n),
+                    ["INT8", lever_name(n, "layer")],
+                )
+                for n in intervals
+            }
     base = rows["static shapes"][0]
     out = {}
     for name, (row, levers) in rows.items():

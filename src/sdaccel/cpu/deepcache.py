@@ -23,9 +23,17 @@ features change even less (adjacent steps' up-block features are nearly identica
 An average step then costs ``(t_full + (N - 1) t_shallow) / N``. On the SD 1.5 UNet at 64x64
 latents the shallow part took about 45% of a full step (``benchmarks/bench_openvino.py``, bf16;
 it is the most expensive level, with attention over 4096 tokens), so N = 3 saves about a third of
-the UNet time. The paper lets the cut sit at any skip connection (12 in SD 1.5, layer by layer);
-this module cuts at the level boundary: all of the first down block and of the last up block are
-in the shallow part.
+the UNet time. The paper lets the cut sit at any skip connection (12 in SD 1.5, layer by layer).
+This module offers two (``cut=``, :data:`CUTS`):
+
+* ``"block"`` (the default here): at the level boundary, the input of the last up block; all of
+  the first down block and of the last up block are in the shallow part;
+* ``"layer"``: at the input of the last up block's *last layer*, the paper's default branch
+  (``cache_block_id=0, cache_layer_id=0`` in its code). The shallow part is only ``conv_in``, that
+  one layer (a ResNet and, in SD, an attention, fed with ``conv_in``'s output as its skip) and
+  ``conv_out``: in SD 1.5 one of the full-resolution level's five ResNet-attention pairs, so a
+  shallow step is far cheaper; the cached feature stands for more of the network, so it goes
+  staler and the picture moves more at the same N.
 
 The **quality cost** is the staleness of the deep feature: it grows with N, and with how much of
 the network the deep part is. The paper reports 2.3x on SD 1.5 (50 PLMS steps) for a 0.05 drop in
@@ -36,6 +44,8 @@ PSNR/SSIM against the uncached images).
 
     <export>/unet_deepcache/full/openvino_model.xml     inputs: the UNet's     outputs: out_sample, cached
     <export>/unet_deepcache/shallow/openvino_model.xml  inputs: the UNet's + cached   output: out_sample
+
+(``unet_deepcache_layer/`` for the layer cut: :func:`folder_name`.)
 
 The UNet's inputs are ``sample, timestep, encoder_hidden_states`` (and SDXL's ``text_embeds,
 time_ids``), as in :mod:`sdaccel.cpu.export`; ``cached`` is ``[batch, block_out_channels[1], h, w]``
@@ -68,9 +78,10 @@ from __future__ import annotations
 
 import functools
 import os
+import shutil
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -94,16 +105,54 @@ from sdaccel.cpu.export import (
 FOLDER = "unet_deepcache"
 PARTS = ("full", "shallow")
 MANIFEST = "deepcache.json"
+#: Where the UNet is cut: ``"block"``, at the input of the last up block (the shallow part is the
+#: whole full-resolution level); ``"layer"``, at the input of the last up block's last layer, the
+#: DeepCache paper's default branch (the shallow part is ``conv_in``, that one layer and ``conv_out``).
+CUTS = ("block", "layer")
 
 
-def cached_shape(unet_config, batch: int, height: int, width: int) -> tuple[int, int, int, int]:
-    """Shape of the cached feature (the input of the last up block) for ``height x width`` latents.
+def cached_shape(
+    unet_config, batch: int, height: int, width: int, cut: str = "block"
+) -> tuple[int, int, int, int]:
+    """Shape of the cached feature for ``height x width`` latents, at the full latent resolution.
 
-    It is the output of the up block before the last one: ``block_out_channels[1]`` channels (the
-    up path runs the channel list backwards), at the full latent resolution (that block ends with
-    an upsampler).
+    With the block cut it is the input of the last up block, the output of the up block before it
+    (which ends with an upsampler): ``block_out_channels[1]`` channels (the up path runs the channel
+    list backwards). With the layer cut it is the input of the last up block's last layer, the
+    output of the layer before it: ``block_out_channels[0]`` channels.
     """
-    return (batch, unet_config["block_out_channels"][1], height, width)
+    return (batch, unet_config["block_out_channels"][0 if check_cut(cut) == "layer" else 1], height, width)
+
+
+def check_cut(cut: str) -> str:
+    """``cut`` if it is one of :data:`CUTS`, else a ``ValueError`` that lists them."""
+    if cut not in CUTS:
+        raise ValueError(
+            f"cut must be one of {list(CUTS)} ('block': the last up block is shallow; 'layer': only "
+            f"its last layer, the DeepCache paper's default), got {cut!r}."
+        )
+    return cut
+
+
+def lever_name(interval: int, cut: str = "block") -> str:
+    """How the stacks name DeepCache at ``interval`` N with ``cut`` (:mod:`sdaccel.toy.stack_quality`'s
+    rows, :func:`sdaccel.cpu.benchmark.compose_stack`'s): ``"DeepCache N=3"``, ``"DeepCache N=2
+    (layer cut)"``."""
+    return f"DeepCache N={interval}" + ("" if check_cut(cut) == "block" else f" ({cut} cut)")
+
+
+#: The IRs :func:`quantize_deepcache` quantizes for each cut (the stacks' INT8 recipe). The layer
+#: cut's shallow IR stays in float: it is ``conv_in``, one layer and ``conv_out``, an eighth of a full
+#: step in bf16 (0.35 against 2.83 CPU s a call, SD 1.5 at 512x512 on a 2-core Xeon with AMX:
+#: ``benchmarks/results/stack_sd15_layer_cut_xeon_amx.json``), so INT8 has little to save there; and
+#: it is the layer that writes the output: quantized too, it cost the SD 1.5-layout toy one image of
+#: 96 at N=2 (0.938 against 0.948).
+QUANTIZED_PARTS = {"block": ("full", "shallow"), "layer": ("full",)}
+
+
+def folder_name(cut: str = "block") -> str:
+    """The folder of an export folder that holds the two IRs of ``cut``."""
+    return FOLDER if check_cut(cut) == "block" else f"{FOLDER}_{cut}"
 
 
 def trace_example(
@@ -120,50 +169,57 @@ def trace_example(
     return example, dims
 
 
-def convert_full(unet, example_size: int = 32, sequence_length: int = 77, fixed_size: bool = False):
+def convert_full(
+    unet, example_size: int = 32, sequence_length: int = 77, fixed_size: bool = False, cut: str = "block"
+):
     """A diffusers ``UNet2DConditionModel`` -> ``ov.Model`` with outputs ``out_sample`` and ``cached``
-    (``fixed_size``: see :func:`trace_example`)."""
+    (``fixed_size``: see :func:`trace_example`; ``cut``: :data:`CUTS`)."""
     from sdaccel.cpu.torch_modules import DeepCacheFull
 
     example, dims = trace_example(unet.config, example_size, sequence_length, fixed_size)
-    ov_model = trace_to_ov(DeepCacheFull(unet), example)
+    ov_model = trace_to_ov(DeepCacheFull(unet, check_cut(cut)), example)
     name_ports(ov_model, list(example), ["out_sample", "cached"])
     return fix_dims(ov_model, dims)
 
 
-def convert_shallow(unet, example_size: int = 32, sequence_length: int = 77, fixed_size: bool = False):
+def convert_shallow(
+    unet, example_size: int = 32, sequence_length: int = 77, fixed_size: bool = False, cut: str = "block"
+):
     """A diffusers ``UNet2DConditionModel`` -> the shallow ``ov.Model``: the UNet's inputs plus
-    ``cached``, output ``out_sample`` (``fixed_size``: see :func:`trace_example`)."""
+    ``cached``, output ``out_sample`` (``fixed_size``: see :func:`trace_example`; ``cut``:
+    :data:`CUTS`)."""
     import torch
 
     from sdaccel.cpu.torch_modules import DeepCacheShallow
 
     example, dims = trace_example(unet.config, example_size, sequence_length, fixed_size)
     size = example["sample"].shape[-1]
-    shape = cached_shape(unet.config, 2, size, size)
+    shape = cached_shape(unet.config, 2, size, size, cut)
     example["cached"] = torch.randn(shape)
     dims["cached"] = {1: shape[1], 2: size, 3: size} if fixed_size else {1: shape[1]}
-    ov_model = trace_to_ov(DeepCacheShallow(unet), example)
+    ov_model = trace_to_ov(DeepCacheShallow(unet, cut), example)
     name_ports(ov_model, list(example), ["out_sample"])
     return fix_dims(ov_model, dims)
 
 
 def export_deepcache(
-    src, export_dir: str | os.PathLike, force: bool = False, weight_dtype: str = "fp32"
+    src, export_dir: str | os.PathLike, force: bool = False, weight_dtype: str = "fp32", cut: str = "block"
 ) -> Path:
-    """Export the full and the shallow IR into ``<export_dir>/unet_deepcache`` and return that folder.
+    """Export the full and the shallow IR into ``<export_dir>/unet_deepcache`` (``unet_deepcache_layer``
+    for the layer cut: :func:`folder_name`) and return that folder.
 
     Args:
       src: a diffusers checkpoint (local folder or hub id) or a ``UNet2DConditionModel``.
       export_dir: usually the pipeline's export folder (:func:`sdaccel.cpu.export.export_pipeline`).
       force: export again even if both IRs are there.
       weight_dtype: ``"fp32"`` or ``"fp16"`` (weights stored in half precision).
+      cut: where the shallow part ends (:data:`CUTS`).
     """
     import openvino as ov
 
     if weight_dtype not in ("fp32", "fp16"):
         raise ValueError(f"weight_dtype must be 'fp32' or 'fp16', got {weight_dtype!r}.")
-    folder = Path(export_dir) / FOLDER
+    folder = Path(export_dir) / folder_name(cut)
     xmls = {part: folder / part / MODEL_XML for part in PARTS}
     checkpoint = None
     if isinstance(src, str | os.PathLike):
@@ -193,7 +249,7 @@ def export_deepcache(
     start = time.perf_counter()
     with staged_folder(folder) as stage:  # published whole, or not at all
         for part, convert in (("full", convert_full), ("shallow", convert_shallow)):
-            ov_model = convert(unet, sequence_length=sequence_length)
+            ov_model = convert(unet, sequence_length=sequence_length, cut=cut)
             (stage / part).mkdir()
             save_ir(ov_model, stage / part / MODEL_XML, compress_to_fp16=weight_dtype == "fp16")
             del ov_model
@@ -201,7 +257,8 @@ def export_deepcache(
             "source": source,
             "source_fingerprint": None if checkpoint is None else source_fingerprint(checkpoint),
             "weight_dtype": weight_dtype,
-            "cached_channels": unet.config.block_out_channels[1],
+            "cut": cut,
+            "cached_channels": cached_shape(unet.config, 1, 1, 1, cut)[1],
             "export_seconds": time.perf_counter() - start,
             "openvino": ov.get_version(),
         }
@@ -294,20 +351,26 @@ def quantize_deepcache(
     calibration,
     variant: str = "full_int8",
     subset_size: int = 200,
+    parts: Sequence[str] = PARTS,
     **knobs,
 ) -> dict:
-    """Quantize both IRs of ``folder`` into ``dst`` (same layout) with :func:`quantize_ir`.
+    """Quantize the IRs of ``folder`` named by ``parts`` (both by default; :data:`QUANTIZED_PARTS`
+    has the stacks' choice per cut) into ``dst`` (same layout) with :func:`quantize_ir`; the others
+    are copied as they are.
 
     ``calibration`` is a :class:`~sdaccel.cpu.quantize.CalibrationSet` (or its folder) of captured
     UNet inputs (:func:`~sdaccel.cpu.quantize.collect_unet_inputs`); ``None`` for
     ``int8_weights``. The full IR uses them as they are. For the shallow IR each sample gets the
     ``cached`` feature that the f32 full IR computes from that same sample (a proxy for the
-    feature of the last full step, see the module doc). Returns :func:`quantize_ir`'s report per part.
+    feature of the last full step, see the module doc). Returns :func:`quantize_ir`'s report per
+    quantized part.
     """
     from sdaccel.cpu.quality import compile_f32
     from sdaccel.cpu.quantize import CalibrationSet, check_calibration, quantize_ir
 
     folder, dst = Path(folder), Path(dst)
+    if isinstance(parts, str) or not parts or set(parts) - set(PARTS):
+        raise ValueError(f"parts must be some of {list(PARTS)}, got {parts!r}.")
     calibration = check_calibration(calibration, variant)  # before anything is computed or written
     missing = [str(folder / part / MODEL_XML) for part in PARTS if not (folder / part / MODEL_XML).is_file()]
     if missing:
@@ -325,18 +388,28 @@ def quantize_deepcache(
                 if isinstance(calibration, CalibrationSet)
                 else CalibrationSet.save(calibration, Path(tmp) / "full")
             )
-            full = compile_f32(folder / "full" / MODEL_XML)
-            with_cache = CalibrationSet(Path(tmp) / "shallow")
-            for index, sample in enumerate(samples):
-                with_cache.write(index, {**sample, "cached": full(sample)["cached"]})
-            del full
-            data = {"full": samples.folder, "shallow": with_cache.folder}
+            data["full"] = samples.folder
+            if "shallow" in parts:
+                full = compile_f32(folder / "full" / MODEL_XML)
+                with_cache = CalibrationSet(Path(tmp) / "shallow")
+                for index, sample in enumerate(samples):
+                    with_cache.write(index, {**sample, "cached": full(sample)["cached"]})
+                del full
+                data["shallow"] = with_cache.folder
         for part in PARTS:
+            if part not in parts:  # kept in float: the IR as it is
+                shutil.copytree(folder / part, stage / part)
+                continue
             report[part] = quantize_ir(
                 folder / part / MODEL_XML, stage / part / MODEL_XML, variant, data[part], subset_size, **knobs
             )
         manifest = read_json(folder / MANIFEST) if (folder / MANIFEST).is_file() else {}
-        replace_json(stage / MANIFEST, manifest | {"quantized": variant, "from": str(folder)})
+        record = {
+            "quantized": variant,
+            "quantized_parts": [p for p in PARTS if p in parts],
+            "from": str(folder),
+        }
+        replace_json(stage / MANIFEST, manifest | record)
     return report
 
 

@@ -109,15 +109,24 @@ def call_block(block, context, **kwargs):
     return block(**kwargs)
 
 
+#: Where DeepCache may cut the UNet, as :data:`sdaccel.cpu.deepcache.CUTS` names them (the exporter
+#: imports this module, so the names are repeated here; a test proves they agree).
+CUTS = ("block", "layer")
+
+
 class UNetPieces(torch.nn.Module):
-    """One diffusers ``UNet2DConditionModel`` cut at the input of its last up block.
+    """One diffusers ``UNet2DConditionModel`` cut where ``cut`` says
+    (:data:`sdaccel.cpu.deepcache.CUTS`: at the input of the last up block, or of its last layer).
 
     ``embed`` -> ``head`` -> ``deep`` -> ``tail`` is the UNet's own forward (for SD 1.x/2.x
     and SDXL: no ControlNet residuals, masks or class labels); DeepCache skips ``deep``.
     """
 
-    def __init__(self, unet):
+    def __init__(self, unet, cut: str = "block"):
         super().__init__()
+        if cut not in CUTS:
+            raise ValueError(f"cut must be one of {list(CUTS)}, got {cut!r}.")
+        self.cut = cut
         cfg = unet.config
         if cfg.class_embed_type is not None or cfg.center_input_sample:
             raise CheckpointError("DeepCache export supports SD 1.x/2.x and SDXL UNets only.")
@@ -142,25 +151,46 @@ class UNetPieces(torch.nn.Module):
         return emb, context
 
     def head(self, sample, emb, context) -> list:
-        """``conv_in`` and the first down block up to its downsampler: the full-resolution
-        features that the skip connections carry to the last up block (computed every step)."""
+        """The full-resolution features that the skip connections carry to the tail, computed
+        every step: ``conv_in``, and with the block cut the first down block up to its
+        downsampler."""
         u = self.unet
-        hidden = u.conv_in(sample)
-        skips = [hidden]
-        first = u.down_blocks[0]
+        skips = [u.conv_in(sample)]
+        if self.cut == "block":
+            skips.extend(self.first_down_layers(skips[-1], emb, context))
+        return skips
+
+    def first_down_layers(self, hidden, emb, context) -> list:
+        """The first down block's layers (ResNet, then attention if any), without its downsampler:
+        each layer's output, a skip feature."""
+        first = self.unet.down_blocks[0]
         attentions = getattr(first, "attentions", None) or [None] * len(first.resnets)
+        outputs = []
         for resnet, attention in zip(first.resnets, attentions, strict=True):
             hidden = resnet(hidden, emb)
             if attention is not None:
                 hidden = attention(hidden, encoder_hidden_states=context, return_dict=False)[0]
-            skips.append(hidden)
-        return skips
+            outputs.append(hidden)
+        return outputs
+
+    def up_layers(self, block, hidden, skips: list, emb, context, layers: slice):
+        """``layers`` of an up block without its upsampler, as its forward runs them: each takes the
+        last skip feature, concatenated to the hidden state, through its ResNet and attention."""
+        attentions = getattr(block, "attentions", None) or [None] * len(block.resnets)
+        for resnet, attention in list(zip(block.resnets, attentions, strict=True))[layers]:
+            hidden = resnet(torch.cat([hidden, skips.pop()], dim=1), emb)
+            if attention is not None:
+                hidden = attention(hidden, encoder_hidden_states=context, return_dict=False)[0]
+        return hidden
 
     def deep(self, skips: list, emb, context):
-        """Everything in between: the first down block's downsampler, the other down blocks, the
-        mid block and every up block but the last. Returns the feature DeepCache caches."""
+        """Everything in between: the first down block's downsampler (and with the layer cut its
+        layers too), the other down blocks, the mid block and every up block but the last (and with
+        the layer cut the last one's layers but its last). Returns the feature DeepCache caches."""
         u = self.unet
         skips = list(skips)  # the head's own list stays for the tail
+        if self.cut == "layer":
+            skips.extend(self.first_down_layers(skips[-1], emb, context))
         hidden = skips[-1]
         if u.down_blocks[0].downsamplers is not None:
             for downsampler in u.down_blocks[0].downsamplers:
@@ -185,14 +215,20 @@ class UNetPieces(torch.nn.Module):
                 res_hidden_states_tuple=tuple(res),
                 upsample_size=skips[-1].shape[2:] if odd else None,
             )
+        if self.cut == "layer":  # the last up block's layers but its last, on the first down block's skips
+            hidden = self.up_layers(u.up_blocks[-1], hidden, skips, emb, context, slice(None, -1))
         return hidden
 
     def tail(self, cached, skips: list, emb, context):
-        """The last up block on the (cached) deep feature and the head's skips, then the output."""
+        """The last up block (with the layer cut its last layer) on the (cached) deep feature and
+        the head's skips, then the output."""
         u = self.unet
-        hidden = call_block(
-            u.up_blocks[-1], context, hidden_states=cached, temb=emb, res_hidden_states_tuple=tuple(skips)
-        )
+        if self.cut == "layer":
+            hidden = self.up_layers(u.up_blocks[-1], cached, list(skips), emb, context, slice(-1, None))
+        else:
+            hidden = call_block(
+                u.up_blocks[-1], context, hidden_states=cached, temb=emb, res_hidden_states_tuple=tuple(skips)
+            )
         if u.conv_norm_out is not None:
             hidden = u.conv_act(u.conv_norm_out(hidden))
         return u.conv_out(hidden)

@@ -11,7 +11,11 @@ The levers, in the order they are stacked (each one alone keeps the picture: not
    same recipe and calibration data;
 4. **DeepCache** at ``interval`` (:mod:`sdaccel.cpu.deepcache`): its two IRs traced with the same
    token merging (:func:`sdaccel.cpu.tome.export_tome` with ``deepcache=True``) and quantized the
-   same way, and compiled static like the UNet before it.
+   same way, and compiled static like the UNet before it. ``cut="layer"`` cuts the UNet at its last
+   layer, as the DeepCache paper does by default, instead of at its last up block: a much cheaper
+   shallow step for a staler cached feature (not with token merging, whose DeepCache IRs are cut
+   at the block). INT8 quantizes the layer cut's full IR only
+   (:data:`sdaccel.cpu.deepcache.QUANTIZED_PARTS`): its shallow IR, one layer, stays in float.
 
 :func:`fastest_within` picks the fastest stack whose adherence is at most ``max_drop`` below f32:
 "fastest" always within a stated quality bound. Image ``i`` is seeded with ``i`` in every row, so
@@ -43,13 +47,15 @@ LEVERS = ("static", "int8", "tome", "deepcache")
 BASE = "f32"
 
 
-def stack_names(ratio: float, interval: int, levers: Sequence[str] = LEVERS) -> list[str]:
+def stack_names(ratio: float, interval: int, levers: Sequence[str] = LEVERS, cut: str = "block") -> list[str]:
     """The rows of :func:`measure`, in stacking order: each adds one lever to the row before."""
+    from sdaccel.cpu.deepcache import lever_name
+
     label = {
         "static": "+ static shapes",
         "int8": "+ INT8",
         "tome": f"+ token merging {ratio:g}",
-        "deepcache": f"+ DeepCache N={interval}",
+        "deepcache": f"+ {lever_name(interval, cut)}",
     }
     return [BASE, *(label[lever] for lever in levers)]
 
@@ -66,13 +72,25 @@ def recipe_patterns(float_groups: Sequence[str]) -> list[str]:
 
 
 def check_request(
-    ratio: float, interval: int, num_prompts: int, steps: int, max_drop: float, float_groups, levers
+    ratio: float,
+    interval: int,
+    num_prompts: int,
+    steps: int,
+    max_drop: float,
+    float_groups,
+    levers,
+    cut: str = "block",
 ) -> float:
     """Refuse a bad request before anything is exported or written; returns the checked ratio."""
+    from sdaccel.cpu.deepcache import check_cut
     from sdaccel.cpu.tome import check_ratio
 
     if isinstance(levers, str) or not levers or list(levers) != [x for x in LEVERS if x in levers]:
         raise ValueError(f"levers must be some of {list(LEVERS)}, in that order, got {levers!r}.")
+    if check_cut(cut) != "block" and "tome" in levers and "deepcache" in levers:
+        raise ValueError(
+            f"token merging's DeepCache IRs are cut at the block; cut={cut!r} stacks without 'tome'."
+        )
     ratio = check_ratio(ratio)
     if isinstance(interval, bool) or not isinstance(interval, int) or interval < 2:
         raise ValueError(
@@ -102,6 +120,7 @@ def measure(
     levers: Sequence[str] = LEVERS,
     ratio: float = 0.5,
     interval: int = 2,
+    cut: str = "block",
     float_groups: Sequence[str] = FLOAT_GROUPS,
     max_drop: float = 0.02,
     calibration_prompts: int = 16,
@@ -120,7 +139,7 @@ def measure(
     ``work_dir``. Calibration uses ``calibration_prompts`` *training* captions, never held-out ones.
     """
     from sdaccel.core.checkpoint import resolve_checkpoint
-    from sdaccel.cpu.deepcache import DeepCache, export_deepcache, quantize_deepcache
+    from sdaccel.cpu.deepcache import QUANTIZED_PARTS, DeepCache, export_deepcache, quantize_deepcache
     from sdaccel.cpu.export import MODEL_XML, checkpoint_defaults, export_pipeline, text_to_image_components
     from sdaccel.cpu.pipeline import OVPipeline
     from sdaccel.cpu.quantize import describe_ir, quantize_ir
@@ -130,7 +149,7 @@ def measure(
     from sdaccel.toy.deepcache_quality import run_configuration
 
     # 1. Check the request, before anything is exported or written
-    ratio = check_request(ratio, interval, num_prompts, steps, max_drop, float_groups, levers)
+    ratio = check_request(ratio, interval, num_prompts, steps, max_drop, float_groups, levers, cut)
     src = resolve_checkpoint(checkpoint)
     defaults = checkpoint_defaults(src)
     if defaults.height != defaults.width:
@@ -153,7 +172,7 @@ def measure(
         unets["deepcache"] = (
             export_tome(src, export, ratio, size, size, deepcache=True)
             if merge
-            else export_deepcache(src, export)
+            else export_deepcache(src, export, cut=cut)
         )
     dynamic = OVPipeline.from_pretrained(export, precision="f32")
 
@@ -166,10 +185,11 @@ def measure(
         )  # fmt: skip
         for name, source in list(unets.items()):
             if name == "deepcache":
-                unets[name] = work / "deepcache_int8"
+                unets[name] = work / ("deepcache_int8" if cut == "block" else f"deepcache_{cut}_int8")
                 quantize_deepcache(
-                    source, unets[name], calibration, subset_size=calibration_samples, ignored=ignored
-                )
+                    source, unets[name], calibration, subset_size=calibration_samples,
+                    parts=QUANTIZED_PARTS[cut], ignored=ignored,
+                )  # fmt: skip
             else:
                 unets[name] = work / f"unet_{name}_int8" / MODEL_XML
                 quantize_ir(
@@ -180,7 +200,7 @@ def measure(
     static = None
     if "static" in levers:
         static = OVPipeline.from_pretrained(export, precision="f32", static=(1, size, size))
-    names = stack_names(ratio, interval, levers)
+    names = stack_names(ratio, interval, levers, cut)
     stack = {BASE: (dynamic, None, None)}
     pipe, unet = dynamic, export / "unet" / MODEL_XML
     for name, lever in zip(names[1:], levers, strict=True):
@@ -219,6 +239,7 @@ def measure(
             **call,
             "ratio": ratio,
             "interval": interval,
+            "cut": cut,
             "levers": list(levers),
             "int8": None
             if ignored is None
@@ -291,6 +312,10 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--ratio", type=float, default=0.5, help="token-merging ratio")
     parser.add_argument("--interval", type=int, default=2, help="DeepCache interval N")
     parser.add_argument(
+        "--deepcache-cut", choices=("block", "layer"), default="block",
+        help="where DeepCache cuts the UNet: at its last up block, or at that block's last layer",
+    )  # fmt: skip
+    parser.add_argument(
         "--float-groups", nargs="+", default=list(FLOAT_GROUPS),
         help="layer groups the INT8 recipe keeps in float (the sensitivity ranking's names)",
     )  # fmt: skip
@@ -306,7 +331,8 @@ def main(argv: list[str] | None = None) -> dict:
     work = Path(args.work_dir or Path("build") / "stack" / Path(args.checkpoint).name)
     result = measure(
         args.checkpoint, work, num_prompts=args.prompts, steps=args.steps, ratio=args.ratio,
-        interval=args.interval, float_groups=args.float_groups, levers=args.levers, max_drop=args.max_drop,
+        interval=args.interval, cut=args.deepcache_cut, float_groups=args.float_groups, levers=args.levers,
+        max_drop=args.max_drop,
         progress=True,
     )  # fmt: skip
     return finish(

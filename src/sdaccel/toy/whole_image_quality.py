@@ -22,7 +22,8 @@ recipe costs. Here the same recipes run on a trained shapes toy of the same layo
 3. **The stack** (when ``stack_interval`` is given): static shapes, full INT8 with the ResNets in
    float and DeepCache at that interval, the usual steps with guidance, as
    :func:`sdaccel.toy.stack_quality.measure` stacks them (its last row; its images are seeded as
-   these, image ``i`` with ``i``, so its PSNR is against the same OpenVINO f32 images).
+   these, image ``i`` with ``i``, so its PSNR is against the same OpenVINO f32 images). With
+   ``stack_layer_interval``, the same stack with DeepCache cut at the last layer at that interval.
 
 Each row: the prompt adherence (:func:`sdaccel.toy.dataset.adherence`) and the PSNR of its images
 against OpenVINO f32's at the usual steps (the float reference, not a row of the table). INT8 rows
@@ -52,8 +53,11 @@ REFERENCE = "ov_f32"
 USUAL_STEPS_ROWS = {"torch_fp32": "torch_fp32_20", "ov_default": "ov_float_20", "jax_fp32": "jax_fp32_20"}
 #: The JAX row of few steps (LCM, the adapter fused, the tiny autoencoder).
 JAX_FEW_STEPS_ROW = "jax_lcm4_lora_taesd"
-#: The row of the stack (the benchmark's ``ov_stack_20``) and the levers it stacks.
+#: The rows of the stack (the benchmark's ``ov_stack_20`` and ``ov_stack_layer_20``) by DeepCache's
+#: cut, and the levers it stacks.
 STACK_ROW = "ov_stack_20"
+STACK_LAYER_ROW = "ov_stack_layer_20"
+STACK_ROWS = {"block": STACK_ROW, "layer": STACK_LAYER_ROW}
 STACK_LEVERS = ("static", "int8", "deepcache")
 
 
@@ -81,6 +85,7 @@ def measure(
     seed: int = 0,
     stack_interval: int | None = None,
     replayed: dict[str, str | Path] | None = None,
+    stack_layer_interval: int | None = None,
 ) -> dict:
     """Every recipe's adherence and PSNR against OpenVINO f32 (see the module's docstring).
     ``replayed``: name of a replayed recipe -> the result it replays
@@ -105,10 +110,12 @@ def measure(
         raise ValueError(f"Unknown INT8 recipes {unknown}; choose from {list(VARIANTS)}.")
     if num_prompts < 1 or min(steps, few_steps) < 1:
         raise ValueError(f"prompts and steps must be at least 1, got {num_prompts}, {steps}, {few_steps}.")
-    if stack_interval is not None and (stack_interval < 1 or seed != 0):
+    stacks = {"block": stack_interval, "layer": stack_layer_interval}
+    stacks = {cut: interval for cut, interval in stacks.items() if interval is not None}
+    if stacks and (min(stacks.values()) < 1 or seed != 0):
         raise ValueError(
-            f"The stack's row needs stack_interval >= 1 and seed 0 (sdaccel.toy.stack_quality seeds image i "
-            f"with i), got {stack_interval} and {seed}."
+            f"The stack's rows need stack_interval and stack_layer_interval >= 1 and seed 0 "
+            f"(sdaccel.toy.stack_quality seeds image i with i), got {stacks} and {seed}."
         )
     recipes = {name: replayed_recipes.knobs(name, path) for name, path in (replayed or {}).items()}
     lora_path = None if lora is None else adherence_steps.lora_file(lora)
@@ -214,20 +221,21 @@ def measure(
             title = f"JAX fp32, {few_steps} steps LCM + LoRA fused + tiny autoencoder"
             add_images(JAX_FEW_STEPS_ROW, title, images, "f32", few_steps, time.perf_counter() - start)
 
-    # 4. The stack: its last row, DeepCache on top of static shapes and INT8
-    if stack_interval is not None:
+    # 4. The stacks: each one's last row, DeepCache (cut at the block or at the last layer) on top
+    #    of static shapes and INT8
+    for cut, interval in stacks.items():
+        from sdaccel.cpu.deepcache import lever_name
         from sdaccel.toy import stack_quality
 
         stack = stack_quality.measure(
             folder, work / "stack", export_dir=work / "stack" / "export", num_prompts=num_prompts,
-            steps=steps, guidance_scale=guidance_scale, levers=STACK_LEVERS, interval=stack_interval,
+            steps=steps, guidance_scale=guidance_scale, levers=STACK_LEVERS, interval=interval, cut=cut,
         )  # fmt: skip
-        row = stack["rows"][stack_quality.stack_names(0.5, stack_interval, STACK_LEVERS)[-1]]
-        title = (
-            f"OpenVINO static + full INT8 (ResNets in float) + DeepCache N={stack_interval}, {steps} steps"
-        )
+        row = stack["rows"][stack_quality.stack_names(0.5, interval, STACK_LEVERS, cut)[-1]]
+        title = f"OpenVINO static + full INT8 (ResNets in float) + {lever_name(interval, cut)}, {steps} steps"
         seconds = row["s_per_image"] * num_prompts  # the median image's, times the images
-        add(STACK_ROW, title, row["adherence"]["score"], row["psnr_mean"], "int8+f32", steps, seconds)
+        score, psnr = row["adherence"]["score"], row["psnr_mean"]
+        add(STACK_ROWS[cut], title, score, psnr, "int8+f32", steps, seconds)
 
     # 5. The result, with what ran
     config = {
@@ -240,6 +248,7 @@ def measure(
         "reference": f"OpenVINO f32 hint, {steps} steps",
         "int8_float_layers": "f32 hint",
         "stack_interval": stack_interval,
+        "stack_layer_interval": stack_layer_interval,
     }
     return {"checkpoint": str(checkpoint), "config": config, "rows": rows}
 
@@ -282,6 +291,12 @@ def main(argv: list[str] | None = None) -> dict:
         "--stack-interval", type=int, default=None, help="add the stack's row, DeepCache at this interval"
     )
     parser.add_argument(
+        "--stack-layer-interval",
+        type=int,
+        default=None,
+        help="add the row of the stack with DeepCache cut at the last layer, at this interval",
+    )
+    parser.add_argument(
         "--work-dir", default=None, help="default build/whole_image_quality/<checkpoint name>"
     )
     parser.add_argument("--out", default=None, help="JSON (default: quality.json in the work folder)")
@@ -311,6 +326,7 @@ def main(argv: list[str] | None = None) -> dict:
         seed=args.seed,
         stack_interval=args.stack_interval,
         replayed=replayed,
+        stack_layer_interval=args.stack_layer_interval,
     )
     out = Path(args.out or work / "quality.json")
     return finish(result, out, format_table(result), "sdaccel.toy.whole_image_quality", argv)
