@@ -884,11 +884,6 @@ def bench_stack(model: str, args, work: Path, spec: dict, result: dict, source: 
     out = {"ratio": ratio, "intervals": args.deepcache_intervals, "latent": args.latent, "export": {}}
     exports = {
         "shallow": ("the shallow UNet", export_deepcache_shallow, (model, str(irs["shallow"]))),
-        "layer shallow": (
-            "the shallow UNet of the layer cut",
-            export_deepcache_shallow,
-            (model, str(work / "unet_shallow_layer_fp16.xml"), 0, "layer"),
-        ),
         "merged": (
             f"the UNet merged at {key}",
             export_tome_ir,
@@ -900,13 +895,18 @@ def bench_stack(model: str, args, work: Path, spec: dict, result: dict, source: 
             (model, str(irs["merged shallow"]), ratio, args.latent, 0, "shallow"),
         ),
     }
-    if args.deepcache_layer_cut:
+    if args.deepcache_layer_cut:  # the layer cut's shallow UNet, one more arm
         irs["layer shallow"] = work / "unet_shallow_layer_fp16.xml"
-    else:
-        del exports["layer shallow"]
+        what = "the shallow UNet of the layer cut"
+        exports["layer shallow"] = (
+            what,
+            export_deepcache_shallow,
+            (model, str(irs["layer shallow"]), 0, "layer"),
+        )
     for role, (what, export, export_args) in exports.items():
+        # a merged IR's export is finished when its report (.json, written last) is there
         finished = irs[role].is_file() and (
-            role.endswith("shallow") and "merged" not in role or irs[role].with_suffix(".json").is_file()
+            role in ("shallow", "layer shallow") or irs[role].with_suffix(".json").is_file()
         )
         if args.reuse and finished:
             out["export"][role] = {"ok": True, "reused": str(irs[role].resolve())}
@@ -918,7 +918,6 @@ def bench_stack(model: str, args, work: Path, spec: dict, result: dict, source: 
         if not run.ok:
             return {**out, "ok": False, "error": f"export of {what} failed: {run.error}"}
     cached = {"cached": cached_shape(unet_config(model), args.batch, args.latent, args.latent)}
-    layer = {"cached": cached_shape(unet_config(model), args.batch, args.latent, args.latent, "layer")}
     if args.stack_int8:
         int8 = stack_int8_irs(model, args, work, result, source, irs["shallow"], cached)
         if "error" in int8:
@@ -926,7 +925,10 @@ def bench_stack(model: str, args, work: Path, spec: dict, result: dict, source: 
         out["int8"] = {"recipe": args.stack_int8, **int8["record"]}
         irs |= int8["irs"]
     irs = {role: str(xml) for role, xml in irs.items()}
-    by_arm = {role: layer for role in irs if role == "layer shallow"}
+    by_arm = {}  # the layer cut caches another feature: the input of the last layer
+    if "layer shallow" in irs:
+        shape = cached_shape(unet_config(model), args.batch, args.latent, args.latent, "layer")
+        by_arm["layer shallow"] = {"cached": shape}
     spec = {**spec, "extra": cached, "extra_by_arm": by_arm}
     out.update(time_side_by_side("stack", irs, spec, precision, args))
     if out["ok"]:

@@ -223,10 +223,10 @@ def measure(
 
     # 4. The stacks: each one's last row, DeepCache (cut at the block or at the last layer) on top
     #    of static shapes and INT8
-    for cut, interval in stacks.items():
-        from sdaccel.cpu.deepcache import lever_name
-        from sdaccel.toy import stack_quality
+    from sdaccel.cpu.deepcache import lever_name
+    from sdaccel.toy import stack_quality
 
+    for cut, interval in stacks.items():
         stack = stack_quality.measure(
             folder, work / "stack", export_dir=work / "stack" / "export", num_prompts=num_prompts,
             steps=steps, guidance_scale=guidance_scale, levers=STACK_LEVERS, interval=interval, cut=cut,
