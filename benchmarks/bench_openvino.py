@@ -100,9 +100,10 @@ recipe and DeepCache's shallow UNet quantized alike, timed beside the four (not 
 top of INT8 cost the trained toy its adherence). ``--deepcache-layer-cut`` adds DeepCache cut at
 the last up block's last layer (``sdaccel.cpu.deepcache``'s ``cut="layer"``, the paper's default
 branch): its shallow UNet, timed beside the others in float, which it stays in after the INT8 UNet
-too (``sdaccel.cpu.deepcache.QUANTIZED_PARTS``). Its quality cost: ``python -m sdaccel.toy.stack_quality checkpoints/tiny-shapes-sd15
---levers static tome deepcache`` (and ``--levers static int8 deepcache`` for the INT8 rows, with
-``--deepcache-cut layer`` for the layer cut's).
+too (``sdaccel.cpu.deepcache.QUANTIZED_PARTS``). Its quality cost: ``python -m
+sdaccel.toy.stack_quality checkpoints/tiny-shapes-sd15 --levers static tome deepcache`` (and
+``--levers static int8 deepcache`` for the INT8 rows, with ``--deepcache-cut layer`` for the layer
+cut's).
 
 Lever ``vae_int8``: the VAE decoder (batch 1, ``8 x --latent`` pixels square) in PyTorch fp32 (when
 the run has a ``torch_fp32`` row), as an IR in the best float, and quantized by each recipe of
@@ -897,11 +898,11 @@ def bench_stack(model: str, args, work: Path, spec: dict, result: dict, source: 
     }
     if args.deepcache_layer_cut:  # the layer cut's shallow UNet, one more arm
         irs["layer shallow"] = work / "unet_shallow_layer_fp16.xml"
-        what = "the shallow UNet of the layer cut"
+        shallow_args = (model, str(irs["layer shallow"]), 0, "layer")
         exports["layer shallow"] = (
-            what,
+            "the shallow UNet of the layer cut",
             export_deepcache_shallow,
-            (model, str(irs["layer shallow"]), 0, "layer"),
+            shallow_args,
         )
     for role, (what, export, export_args) in exports.items():
         # a merged IR's export is finished when its report (.json, written last) is there

@@ -928,7 +928,10 @@ def measure(bench: Bench, args, paths: dict) -> None:
             fn_args = (paths["export"], None, steps, None, size, runs, wsteps, None, None, compose)
             plan.append((key, f"OpenVINO best float, {steps} steps{long}", ov_row, fn_args, composed))
         elif key == OV_STACK_20:
-            title = f"OpenVINO static + full INT8 (ResNets in float) + DeepCache N={args.stack_interval}, {steps} steps"
+            title = (
+                "OpenVINO static + full INT8 (ResNets in float) + "
+                f"{lever_name(args.stack_interval)}, {steps} steps"
+            )
             fn_args = (paths["export"], paths["stack"], args.stack_interval, steps, size, runs, wsteps)
             plan.append((key, title, stack_row, fn_args, None))
         elif key == OV_STACK_LAYER_20:

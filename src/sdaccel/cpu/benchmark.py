@@ -870,18 +870,15 @@ def compose_stack(arms: dict, ratio: float, intervals, torch_fp32: dict | None =
         }
 
     merge = f"token merging {ratio:g}"
+    block = {n: lever_name(n) for n in intervals}  # "DeepCache N=3", as the toy's stacks name it
+    layer = {n: lever_name(n, "layer") for n in intervals} if STACK_LAYER_ARM in arms else {}
     rows = {"static shapes": (step("full", "shallow", 1), [])}
-    rows |= {f"+ DeepCache N={n}": (step("full", "shallow", n), [f"DeepCache N={n}"]) for n in intervals}
-    layer = STACK_LAYER_ARM in arms
-    if layer:
-        rows |= {
-            f"+ {lever_name(n, 'layer')}": (step("full", STACK_LAYER_ARM, n), [lever_name(n, "layer")])
-            for n in intervals
-        }
+    rows |= {f"+ {name}": (step("full", "shallow", n), [name]) for n, name in block.items()}
+    rows |= {f"+ {name}": (step("full", STACK_LAYER_ARM, n), [name]) for n, name in layer.items()}
     rows[f"+ {merge}"] = (step("merged", "merged shallow", 1), [merge])
     rows |= {
-        f"+ {merge} + DeepCache N={n}": (step("merged", "merged shallow", n), [merge, f"DeepCache N={n}"])
-        for n in intervals
+        f"+ {merge} + {name}": (step("merged", "merged shallow", n), [merge, name])
+        for n, name in block.items()
     }
     int8 = [role for role in STACK_INT8_ARMS if role in arms]
     if int8 and len(int8) < len(STACK_INT8_ARMS):
@@ -889,17 +886,12 @@ def compose_stack(arms: dict, ratio: float, intervals, torch_fp32: dict | None =
     if int8:
         rows["+ INT8"] = (step("int8", "int8 shallow", 1), ["INT8"])
         rows |= {
-            f"+ INT8 + DeepCache N={n}": (step("int8", "int8 shallow", n), ["INT8", f"DeepCache N={n}"])
-            for n in intervals
+            f"+ INT8 + {name}": (step("int8", "int8 shallow", n), ["INT8", name]) for n, name in block.items()
         }
-        if layer:
-            rows |= {
-                f"+ INT8 + {lever_name(n, 'layer')}": (
-                    step("int8", STACK_LAYER_ARM, n),
-                    ["INT8", lever_name(n, "layer")],
-                )
-                for n in intervals
-            }
+        rows |= {
+            f"+ INT8 + {name}": (step("int8", STACK_LAYER_ARM, n), ["INT8", name])
+            for n, name in layer.items()
+        }
     base = rows["static shapes"][0]
     out = {}
     for name, (row, levers) in rows.items():

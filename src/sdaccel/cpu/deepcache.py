@@ -49,7 +49,7 @@ PSNR/SSIM against the uncached images).
 
 The UNet's inputs are ``sample, timestep, encoder_hidden_states`` (and SDXL's ``text_embeds,
 time_ids``), as in :mod:`sdaccel.cpu.export`; ``cached`` is ``[batch, block_out_channels[1], h, w]``
-at the latent size ``h x w``. Both IRs are written from the pieces of one PyTorch UNet
+at the latent size ``h x w`` (``block_out_channels[0]`` for the layer cut: :func:`cached_shape`). Both IRs are written from the pieces of one PyTorch UNet
 (:func:`convert_full`, :func:`convert_shallow`: ``embed``, ``head``, ``deep``, ``tail``), so on
 the same step the shallow IR fed with the full IR's ``cached`` gives the full IR's ``out_sample``,
 and the full IR gives the plain UNet's (``tests/cpu/test_deepcache.py`` checks both).

@@ -302,6 +302,8 @@ def format_table(result: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> dict:
+    from sdaccel.cpu.deepcache import CUTS
+
     parser = argparse.ArgumentParser(
         description="Stack static shapes, INT8, token merging and DeepCache on a trained shapes checkpoint, "
         "and judge each stack's adherence (its seconds are a toy's)."
@@ -312,7 +314,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--ratio", type=float, default=0.5, help="token-merging ratio")
     parser.add_argument("--interval", type=int, default=2, help="DeepCache interval N")
     parser.add_argument(
-        "--deepcache-cut", choices=("block", "layer"), default="block",
+        "--deepcache-cut", choices=CUTS, default="block",
         help="where DeepCache cuts the UNet: at its last up block, or at that block's last layer",
     )  # fmt: skip
     parser.add_argument(
