@@ -1,8 +1,14 @@
-"""Exercise 06.3, whose answer is the lesson's OpenVINO code: the UNet reshaped to static shapes,
-compiled with ``{"INFERENCE_PRECISION_HINT": "f32", "PERFORMANCE_HINT": "LATENCY"}``, one warm-up
-call, then the median of timed calls. On the tiny SD 1.5 checkpoint: the notebook's setup cell
-exports the UNet as the benchmark does when it is missing, the solution passes its check, the
-attendee's copy (solution stripped) is "not answered yet", and wrong answers are "not quite"."""
+"""Exercises 06.2 and 06.3 on the tiny SD 1.5 checkpoint.
+
+06.3, whose answer is the lesson's OpenVINO code: the UNet reshaped to static shapes, compiled with
+``{"INFERENCE_PRECISION_HINT": "f32", "PERFORMANCE_HINT": "LATENCY"}``, one warm-up call, then the
+median of timed calls. The notebook's setup cell exports the UNet as the benchmark does when it is
+missing, the solution passes its check, the attendee's copy (solution stripped) is "not answered
+yet", and wrong answers are "not quite".
+
+06.2: DeepCache's two IRs cut at the last layer (``export_deepcache(..., cut="layer")``) on the
+toy's static pipeline, a full UNet call every second call; the check draws the same picture and
+refuses the block cut, another interval, another seed and no cache."""
 
 from __future__ import annotations
 
@@ -132,4 +138,87 @@ def test_exercise_06_3_wrong_answers_fail(exercise):
     for name, answer in wrong.items():
         ns["unet_timing"] = answer
         with pytest.raises(ex.ExerciseNotDone, match="06.3: not quite"):
+            run(code["check"], ns, name)
+
+
+# ----------------------------------------------------------------------------------------------
+# Exercise 06.2: DeepCache cut at the last layer, on the toy's static pipeline
+# ----------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def layer_exercise(tiny_sd15, tmp_path_factory):
+    """The namespace exercise 06.2 finds in the notebook (the toy's f32 export, its static
+    pipeline, DeepCache, a prompt, few steps) and the exercise's solution, stub and check."""
+    from sdaccel.cpu.deepcache import DeepCache
+    from sdaccel.cpu.export import checkpoint_defaults, export_pipeline, text_to_image_components
+    from sdaccel.cpu.pipeline import OVPipeline
+
+    nb = json.loads(NB06.read_text())
+    (found,) = [e for e in ex.exercises(nb, NB06.name) if e.id == "06.2"]
+    code = {
+        "solution": ex.source(nb["cells"][found.solution]),
+        "stub": ex.source(ex.attendee_copy(nb, NB06.name)["cells"][found.solution]),
+        "check": ex.source(nb["cells"][found.check]),
+    }
+    export = export_pipeline(
+        tiny_sd15,
+        tmp_path_factory.mktemp("nb06-ex4") / "export",
+        components=text_to_image_components(tiny_sd15),
+    )
+    size = checkpoint_defaults(tiny_sd15).height
+    ns = {
+        "quality_checkpoint": tiny_sd15,
+        "stack_export": export,
+        "stack_pipe": OVPipeline.from_pretrained(export, precision="f32", static=(1, size, size)),
+        "DeepCache": DeepCache,
+        "prompt": "a red circle on a blue background, center",
+        "STEPS": 5,
+    }
+    return ns, code
+
+
+def test_exercise_06_2_solution_passes_and_the_stub_is_not_answered(layer_exercise, capsys):
+    ns, code = layer_exercise
+    ns = run(code["solution"], dict(ns), "06.2 solution")
+    run(code["check"], ns, "06.2 check")
+    assert "Exercise 06.2: right" in capsys.readouterr().out
+    folder, calls, _ = ns["layer_cut"]
+    assert folder.name == "unet_deepcache_layer" and calls["full"] == calls["shallow"] + (
+        sum(calls.values()) % 2
+    )
+
+    stub = run(code["stub"], {})
+    with pytest.raises(ex.ExerciseNotDone, match="06.2: not answered yet"):
+        run(code["check"], {**ns, **stub})
+
+
+def test_exercise_06_2_wrong_answers_fail(layer_exercise):
+    from sdaccel.cpu.deepcache import DeepCache, export_deepcache
+
+    ns, code = layer_exercise
+    ns = run(code["solution"], dict(ns), "06.2 solution")
+    layer, calls, picture = ns["layer_cut"]
+    pipe, export, prompt, steps = ns["stack_pipe"], ns["stack_export"], ns["prompt"], ns["STEPS"]
+
+    def drawn(folder, interval, seed=0):
+        cache = DeepCache.load(folder, pipe, interval=interval)
+        return cache.calls, pipe([prompt], seed=seed, steps=steps, deepcache=cache).images[0]
+
+    block = export_deepcache(ns["quality_checkpoint"], export)  # the cut at the block
+    block_calls, block_picture = drawn(block, 2)
+    every_third_calls, every_third_picture = drawn(layer, 3)
+    _, other_seed = drawn(layer, 2, seed=1)
+    wrong = {
+        "the block cut's IRs": (block, block_calls, block_picture),
+        "the block cut's picture": (layer, calls, block_picture),
+        "every third step": (layer, every_third_calls, every_third_picture),
+        "another seed": (layer, calls, other_seed),
+        "no cache: the export's own UNet": (layer, calls, pipe([prompt], seed=0, steps=steps).images[0]),
+        "not a triple": (layer, calls),
+        "the folder alone": layer,
+    }
+    for name, answer in wrong.items():
+        ns["layer_cut"] = answer
+        with pytest.raises(ex.ExerciseNotDone, match="06.2: not quite"):
             run(code["check"], ns, name)
