@@ -151,15 +151,27 @@ def test_any_levers_stack_in_their_order(result, work):
     assert 10 < row["psnr_mean"] < 60  # stale deep features move the pixels, not into noise
 
 
-def test_deepcache_cut_at_the_last_layer_stacks_on_int8(result, work):
+def test_deepcache_cut_at_the_last_layer_stacks_on_int8(result, work, capfd):
     """The layer cut (the DeepCache paper's default): its own IRs next to the block cut's, quantized
     by the same recipe, named as the benchmark names its rows; on the same f32 images, and a staler
-    cached feature than the block cut's (lower PSNR), not noise."""
-    layer = stack_quality.measure(
-        CHECKPOINT, work / "layer", export_dir=work / "export", num_prompts=PROMPTS, steps=STEPS,
-        levers=("int8", "deepcache"), interval=INTERVAL, cut="layer", calibration_prompts=4,
-        calibration_samples=16,
-    )  # fmt: skip
+    cached feature than the block cut's (lower PSNR), not noise. Its quantization prints no NNCF
+    bar (``progress`` is off, as in notebook 06, where each pass would leave a bar in the copy)."""
+    import rich
+
+    capfd.readouterr()  # what the fixtures printed
+    console = rich.get_console()
+    saved = dict(console.__dict__)
+    rich.reconfigure(force_terminal=True)  # NNCF's bars drawn as on a terminal, where capfd reads them
+    try:
+        layer = stack_quality.measure(
+            CHECKPOINT, work / "layer", export_dir=work / "export", num_prompts=PROMPTS, steps=STEPS,
+            levers=("int8", "deepcache"), interval=INTERVAL, cut="layer", calibration_prompts=4,
+            calibration_samples=16,
+        )  # fmt: skip
+    finally:
+        console.__dict__ = saved
+    printed = "".join(capfd.readouterr())
+    assert "Statistics collection" not in printed and "Applying" not in printed
     name = f"+ DeepCache N={INTERVAL} (layer cut)"
     assert list(layer["rows"]) == ["f32", "+ INT8", name]
     assert layer["rows"][name]["levers"] == ["INT8", f"DeepCache N={INTERVAL} (layer cut)"]
