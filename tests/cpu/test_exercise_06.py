@@ -26,14 +26,13 @@ from sdaccel.cpu.precision import precision_name  # noqa: E402
 NB06 = Path(__file__).resolve().parents[2] / "notebooks" / "06_cpu_benchmark_and_comparison.ipynb"
 
 
-def cells() -> dict[str, str]:
-    """The setup cell of exercise 06.3, its solution, the attendee's stub and its check."""
+def cells(exercise: str) -> dict[str, str]:
+    """The cell before the task of ``exercise`` (06.3's setup), its solution, the attendee's stub
+    and its check."""
     nb = json.loads(NB06.read_text())
-    (found,) = [e for e in ex.exercises(nb, NB06.name) if e.id == "06.3"]
-    setup = nb["cells"][found.task - 1]
-    assert setup["cell_type"] == "code" and not ex.tags(setup), "an untagged setup cell before the task"
+    (found,) = [e for e in ex.exercises(nb, NB06.name) if e.id == exercise]
     return {
-        "setup": ex.source(setup),
+        "before": nb["cells"][found.task - 1],
         "solution": ex.source(nb["cells"][found.solution]),
         "stub": ex.source(ex.attendee_copy(nb, NB06.name)["cells"][found.solution]),
         "check": ex.source(nb["cells"][found.check]),
@@ -50,7 +49,10 @@ def exercise(tiny_sd15, tmp_path_factory):
     """The notebook's namespace after the setup cell, as with BENCH_JSON (no IR of the benchmark
     here, so the cell exports it), and the exercise's cells."""
     out = tmp_path_factory.mktemp("nb06")
-    code = cells()
+    code = cells("06.3")
+    setup = code.pop("before")
+    assert setup["cell_type"] == "code" and not ex.tags(setup), "an untagged setup cell before the task"
+    code["setup"] = ex.source(setup)
     ns = {
         "ov": ov,
         "out": out,
@@ -154,16 +156,11 @@ def layer_exercise(tiny_sd15, tmp_path_factory):
     from sdaccel.cpu.export import checkpoint_defaults, export_pipeline, text_to_image_components
     from sdaccel.cpu.pipeline import OVPipeline
 
-    nb = json.loads(NB06.read_text())
-    (found,) = [e for e in ex.exercises(nb, NB06.name) if e.id == "06.2"]
-    code = {
-        "solution": ex.source(nb["cells"][found.solution]),
-        "stub": ex.source(ex.attendee_copy(nb, NB06.name)["cells"][found.solution]),
-        "check": ex.source(nb["cells"][found.check]),
-    }
+    code = cells("06.2")
+    del code["before"]
     export = export_pipeline(
         tiny_sd15,
-        tmp_path_factory.mktemp("nb06-ex4") / "export",
+        tmp_path_factory.mktemp("nb06-ex2") / "export",
         components=text_to_image_components(tiny_sd15),
     )
     size = checkpoint_defaults(tiny_sd15).height
