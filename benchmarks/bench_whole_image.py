@@ -41,6 +41,9 @@ row                    what runs
                        ``lcm4_lora_<variant>_taesd`` (``--lcm-variant int8_weights full_int8``)
 `` lcm4_lora_int8_taesd`` the same with a tiny autoencoder (TAESD layout, random; TAESDXL for SDXL:
                        the same layout) as decoder
+``lcm4_lora_int8_static`` the two rows above with the pipeline compiled static for one image
+``..._static_taesd``   without guidance (``OVPipeline.from_pretrained(..., static=...)``: the same
+                       IRs, reshaped to their one shape, UNet batch 1), as the stack compiles its own
 ``jax_fp32_20``        our JAX ``JaxPipeline`` on the CPU, f32, 20 steps Euler with CFG
 ``jax_lcm4_lora_taesd`` the same with LCM, the LoRA fused, TAESD, 4 steps, no CFG
 ====================== ============================================================================
@@ -108,7 +111,6 @@ from sdaccel.course.whole_image_rows import (
     BASELINE,
     JAX_FP32_20,
     JAX_LCM4_LORA_TAESD,
-    LCM4_LORA_INT8_TAESD,
     LCM_ROWS,
     OV_ACCURACY_CONTROL_20,
     OV_FLOAT_20,
@@ -118,7 +120,9 @@ from sdaccel.course.whole_image_rows import (
     OV_STACK_20,
     OV_STACK_LAYER_20,
     TORCH_FP32_20,
+    decodes_tiny,
     is_openvino,
+    is_static_few_step,
     lcm_row_key,
     ov_row_key,
     ov_row_variant,
@@ -327,13 +331,19 @@ def ov_row(
     scheduler: str | None = None,
     vae: str | None = None,
     compose: list[int] | None = None,
+    static: bool = False,
 ) -> dict:
+    """One OpenVINO row: the export ``folder`` (its UNet replaced by ``unet_xml`` when given), in the
+    precision ``sdaccel.cpu.precision`` measures fastest; ``static``: compiled for its one shape, one
+    image of ``size`` with guidance above 1 or without it."""
     import time
 
+    from sdaccel.cpu.export import StaticShape
     from sdaccel.cpu.pipeline import OVPipeline
 
     start = time.perf_counter()
-    pipe = OVPipeline.from_pretrained(folder, precision="auto", scheduler=scheduler, vae=vae)
+    shape = StaticShape(1, size, size, guidance is None or guidance > 1) if static else None
+    pipe = OVPipeline.from_pretrained(folder, precision="auto", scheduler=scheduler, vae=vae, static=shape)
     if unet_xml:
         pipe.replace_unet(Path(unet_xml))
     load_s = time.perf_counter() - start
@@ -348,9 +358,10 @@ def ov_row(
 def ov_record(pipe, unet, guidance: float | None, load_s: float) -> dict:
     """What every OpenVINO row records beside its timings, one rule for ov_row and stack_row: the
     load time, the precision hint as the plugin reports it, the output precision of ``unet``'s heavy
-    layers as it ran, the UNet's batch per image and the scheduler. The batch is 2 (the prompt and
-    its negative) when the guidance asked for (``None``: the pipeline's default) is above 1 and the
-    model does not embed guidance, else 1."""
+    layers as it ran, the UNet's batch per image, the scheduler, and whether ``unet`` was compiled
+    static (every input of one shape). The batch is 2 (the prompt and its negative) when the
+    guidance asked for (``None``: the pipeline's default) is above 1 and the model does not embed
+    guidance, else 1."""
     from sdaccel.cpu.precision import runtime_precisions
 
     scale = guidance if guidance is not None else pipe.defaults.guidance_scale
@@ -360,6 +371,7 @@ def ov_record(pipe, unet, guidance: float | None, load_s: float) -> dict:
         "unet_layers": runtime_precisions(unet),  # output precision of the heavy layers
         "unet_batch": 2 if scale > 1 and not pipe.guidance_embedded else 1,
         "scheduler": pipe.scheduler_class.__name__,
+        "unet_static": all(port.get_partial_shape().is_static for port in unet.inputs),
     }
 
 
@@ -951,13 +963,15 @@ def measure(bench: Bench, args, paths: dict) -> None:
                 name = replayed_recipes.title(variant, replayed_recipes.knobs(variant, found))
             plan.append((key, f"OpenVINO {name}, {steps} steps{long}", ov_row, fn_args, composed))
         elif key in LCM_ROWS:
-            vae = paths["taesd"] if key == LCM4_LORA_INT8_TAESD else None
+            vae = paths["taesd"] if decodes_tiny(key) else None
+            static = is_static_few_step(key)
             for i, variant in enumerate(args.lcm_variant):
-                title = f"{few} steps LCM + LoRA fused + {unet_title(variant)}" + (
-                    f" + {tiny_vae_name}" if vae else ""
+                title = (
+                    f"{few} steps LCM + LoRA fused + {'static + ' if static else ''}{unet_title(variant)}"
+                    + (f" + {tiny_vae_name}" if vae else "")
                 )
                 xml = paths["unet_lcm"][variant]
-                fn_args = (paths["export_lcm"], xml, few, 1.0, size, runs, few, "lcm", vae)
+                fn_args = (paths["export_lcm"], xml, few, 1.0, size, runs, few, "lcm", vae, None, static)
                 plan.append((lcm_row_key(key, i, variant), title, ov_row, fn_args, None))
         elif key == JAX_FP32_20:
             fn_args = (paths["src"], steps, None, size, runs, "euler", None, None, compose)

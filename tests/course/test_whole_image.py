@@ -445,3 +445,22 @@ def test_the_stack_with_deepcache_cut_at_the_last_layer_runs_whole(tmp_path):
     assert row["deepcache"]["cut"] == "layer" and row["deepcache"]["interval"] == 2
     full = -(-steps // 2)
     assert row["deepcache"]["unet_calls_per_image"] == {"full": full, "shallow": steps - full}
+
+
+def test_the_few_step_rows_compiled_static_run_whole(tmp_path):
+    """The static few-step rows end to end on the quick checkpoint: the pipeline compiled for one
+    image without guidance (its UNet's every input of one shape, batch 1), with the VAE and with the
+    tiny autoencoder, beside the dynamic row of the same recipe."""
+    out = tmp_path / "out.json"
+    run = bench(
+        "sd15", "--quick", "--rows", "lcm4_lora_int8", "lcm4_lora_int8_static", "lcm4_lora_int8_static_taesd",
+        "--lcm-variant", "int8_weights", "--runs", "1", "--quality", "none",
+        "--out", str(out), "--workdir", str(tmp_path / "work"), timeout=600,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr[-3000:]
+    rows = json.loads(out.read_text())["rows"]
+    assert list(rows) == ["lcm4_lora_int8", "lcm4_lora_int8_static", "lcm4_lora_int8_static_taesd"]
+    assert all(row["ok"] and row["unet_batch"] == 1 for row in rows.values())
+    assert [row["unet_static"] for row in rows.values()] == [False, True, True]
+    assert rows["lcm4_lora_int8_static"]["title"] == "2 steps LCM + LoRA fused + static + int8_weights UNet"
+    assert rows["lcm4_lora_int8_static_taesd"]["title"].endswith("static + int8_weights UNet + TAESD")

@@ -16,6 +16,28 @@ def test_the_first_recipe_keeps_the_key_and_the_others_get_their_own():
     assert rows.lcm_row_key("lcm4_lora_int8", 0, "full_int8") == "lcm4_lora_int8"
     assert rows.lcm_row_key("lcm4_lora_int8", 1, "full_int8") == "lcm4_lora_full_int8"
     assert rows.lcm_row_key("lcm4_lora_int8_taesd", 2, "hybrid") == "lcm4_lora_hybrid_taesd"
+    assert (
+        rows.lcm_row_key("lcm4_lora_int8_static_taesd", 1, "full_int8") == "lcm4_lora_full_int8_static_taesd"
+    )
+
+
+@pytest.mark.parametrize(
+    ("key", "static", "tiny"),
+    [
+        ("lcm4_lora_int8", False, False),
+        ("lcm4_lora_int8_taesd", False, True),
+        ("lcm4_lora_int8_static", True, False),
+        ("lcm4_lora_int8_static_taesd", True, True),
+        ("lcm4_lora_full_int8_float_resnets_static", True, False),
+        ("lcm4_lora_hybrid_static_taesd", True, True),
+        ("lcm4_lora_hybrid_taesd", False, True),
+        ("ov_stack_20", False, False),  # the stack compiles static too, but is no few-step row
+        ("jax_lcm4_lora_taesd", False, True),
+    ],
+)
+def test_what_a_few_step_row_compiles_and_decodes_with_is_read_from_its_key(key, static, tiny):
+    assert rows.is_static_few_step(key) is static
+    assert rows.decodes_tiny(key) is tiny
 
 
 @pytest.mark.parametrize(
@@ -46,10 +68,14 @@ def test_other_keys_have_no_openvino_variant():
 
 def test_further_recipes_sort_after_the_first_and_unknown_keys_last():
     keys = ["zzz", "lcm4_lora_full_int8_taesd", "jax_fp32_20", "torch_fp32_20", "lcm4_lora_int8_taesd"]
+    keys += ["lcm4_lora_full_int8_static", "lcm4_lora_int8_static_taesd", "lcm4_lora_int8_static"]
     assert sorted(keys, key=rows.row_order) == [
         "torch_fp32_20",
         "lcm4_lora_int8_taesd",
-        "lcm4_lora_full_int8_taesd",
+        "lcm4_lora_full_int8_taesd",  # a further recipe's dynamic rows after the first's,
+        "lcm4_lora_int8_static",
+        "lcm4_lora_int8_static_taesd",
+        "lcm4_lora_full_int8_static",  # and its static rows after the first's static ones
         "jax_fp32_20",
         "zzz",
     ]
@@ -59,6 +85,7 @@ def test_a_recipe_key_names_the_first_lcm_recipe_as_any_other():
     assert rows.recipe_key("lcm4_lora_int8", ["full_int8", "hybrid"]) == "lcm4_lora_full_int8"
     assert rows.recipe_key("lcm4_lora_int8_taesd", "int8_weights") == "lcm4_lora_int8_weights_taesd"
     assert rows.recipe_key("lcm4_lora_hybrid_taesd", ["full_int8", "hybrid"]) == "lcm4_lora_hybrid_taesd"
+    assert rows.recipe_key("lcm4_lora_int8_static", ["full_int8"]) == "lcm4_lora_full_int8_static"
     assert rows.recipe_key("ov_full_int8_20", None) == "ov_full_int8_20"
     with pytest.raises(ValueError, match="names no --lcm-variant"):
         rows.recipe_key("lcm4_lora_int8", [])

@@ -48,6 +48,8 @@ def test_every_row_is_a_recipe_of_the_benchmark(measured):
         "ov_int8_weights_20",
         "lcm4_lora_int8_weights",
         "lcm4_lora_int8_weights_taesd",
+        "lcm4_lora_int8_weights_static",
+        "lcm4_lora_int8_weights_static_taesd",
         "jax_lcm4_lora_taesd",
     }
     assert set(result["rows"]) <= benchmark_recipe_keys()
@@ -66,6 +68,14 @@ def test_each_row_has_its_adherence_and_psnr_against_openvino_f32(measured):
     assert (
         rows["lcm4_lora_int8_weights_taesd"]["psnr_vs_f32"] != rows["lcm4_lora_int8_weights"]["psnr_vs_f32"]
     )
+    # compiled static, the pipeline runs the same IRs reshaped: each decoder's picture, to float noise
+    for decoder in ("", "_taesd"):
+        static, dynamic = (
+            rows[f"lcm4_lora_int8_weights_static{decoder}"],
+            rows[f"lcm4_lora_int8_weights{decoder}"],
+        )
+        assert abs(static["psnr_vs_f32"] - dynamic["psnr_vs_f32"]) < 0.5, (static, dynamic)
+        assert static["title"] == dynamic["title"].replace("LoRA fused", "LoRA fused + static")
     assert rows["ov_int8_weights_20"]["precision"].startswith("int8+")
     assert "| recipe | adherence (2 held-out prompts) | PSNR dB vs OpenVINO f32 | precision |" in (
         wq.format_table(measured[0])

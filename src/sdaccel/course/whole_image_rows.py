@@ -3,9 +3,10 @@ place that the script (which measures them) and :mod:`sdaccel.course.whole_image
 JSON into tables) both import.
 
 A row key names one configuration. The few-step OpenVINO rows come once per INT8 recipe of
-``--lcm-variant``: the first recipe keeps the keys :data:`LCM4_LORA_INT8` and
-:data:`LCM4_LORA_INT8_TAESD`, each further one gets ``lcm4_lora_<variant>`` and
-``lcm4_lora_<variant>_taesd`` (:func:`lcm_row_key`), listed right after the first's
+``--lcm-variant``: the first recipe keeps the keys :data:`LCM_ROWS` (``lcm4_lora_int8``,
+``lcm4_lora_int8_taesd`` and their static twins ``lcm4_lora_int8_static``,
+``lcm4_lora_int8_static_taesd``), each further one gets ``lcm4_lora_<variant>``,
+``lcm4_lora_<variant>_taesd`` and so on (:func:`lcm_row_key`), listed right after the first's
 (:func:`row_order`).
 """
 
@@ -39,6 +40,11 @@ STACK_ROWS = (OV_STACK_20, OV_STACK_LAYER_20)
 #: OpenVINO, few steps LCM with an LCM-LoRA fused and an INT8 UNet; then with a tiny autoencoder.
 LCM4_LORA_INT8 = "lcm4_lora_int8"
 LCM4_LORA_INT8_TAESD = "lcm4_lora_int8_taesd"
+#: The same two with the pipeline compiled static for one image without guidance (its one shape: a
+#: UNet batch of 1), as the stack compiles its pipeline: the same IRs, reshaped, so the same
+#: arithmetic; the plugin can plan every layer for that one shape.
+LCM4_LORA_INT8_STATIC = "lcm4_lora_int8_static"
+LCM4_LORA_INT8_STATIC_TAESD = "lcm4_lora_int8_static_taesd"
 #: JAX on the CPU in f32, the usual steps; then few steps LCM, the LoRA fused, a tiny autoencoder.
 JAX_FP32_20 = "jax_fp32_20"
 JAX_LCM4_LORA_TAESD = "jax_lcm4_lora_taesd"
@@ -57,13 +63,18 @@ ROWS = (
     OV_STACK_LAYER_20,
     LCM4_LORA_INT8,
     LCM4_LORA_INT8_TAESD,
+    LCM4_LORA_INT8_STATIC,
+    LCM4_LORA_INT8_STATIC_TAESD,
     JAX_FP32_20,
     JAX_LCM4_LORA_TAESD,
 )
 #: The row every ratio is taken against.
 BASELINE = TORCH_FP32_20
 #: The few-step OpenVINO rows that come once per ``--lcm-variant`` recipe.
-LCM_ROWS = (LCM4_LORA_INT8, LCM4_LORA_INT8_TAESD)
+LCM_ROWS = (LCM4_LORA_INT8, LCM4_LORA_INT8_TAESD, LCM4_LORA_INT8_STATIC, LCM4_LORA_INT8_STATIC_TAESD)
+#: The suffixes of a few-step row's key: compiled static, decoded by the tiny autoencoder.
+STATIC_SUFFIX = "_static"
+TAESD_SUFFIX = "_taesd"
 #: What the keys of the few-step OpenVINO rows of every recipe start with.
 LCM_PREFIX = "lcm4_lora_"
 
@@ -73,6 +84,16 @@ def lcm_row_key(key: str, index: int, variant: str) -> str:
     keeps the key (``lcm4_lora_int8``, whatever its recipe: the title names it), the others are
     ``lcm4_lora_<variant>`` (``lcm4_lora_full_int8_taesd``), listed after it."""
     return key if index == 0 else key.replace(LCM4_LORA_INT8, f"{LCM_PREFIX}{variant}", 1)
+
+
+def is_static_few_step(key: str) -> bool:
+    """Whether an OpenVINO few-step row runs its pipeline compiled static (``..._static[_taesd]``)."""
+    return key.startswith(LCM_PREFIX) and key.removesuffix(TAESD_SUFFIX).endswith(STATIC_SUFFIX)
+
+
+def decodes_tiny(key: str) -> bool:
+    """Whether a few-step row decodes with the tiny autoencoder (``..._taesd``)."""
+    return is_few_step(key) and key.endswith(TAESD_SUFFIX)
 
 
 def ov_row_key(variant: str) -> str:
@@ -101,11 +122,13 @@ def is_few_step(key: str) -> bool:
 def row_order(key: str) -> float:
     """Where a row key sorts: :data:`ROWS`' order; the few-step OpenVINO rows of further INT8
     recipes (``lcm4_lora_<variant>``, ``lcm4_lora_<variant>_taesd``) right after the first
-    recipe's; any other key last."""
+    recipe's, the dynamic ones after its dynamic ones and the static after its static; any other
+    key last."""
     if key in ROWS:
         return ROWS.index(key)
     if key.startswith(LCM_PREFIX):
-        return ROWS.index(LCM4_LORA_INT8_TAESD) + 0.5
+        last = LCM4_LORA_INT8_STATIC_TAESD if is_static_few_step(key) else LCM4_LORA_INT8_TAESD
+        return ROWS.index(last) + 0.5
     return len(ROWS)
 
 

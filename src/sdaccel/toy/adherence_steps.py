@@ -115,11 +115,13 @@ def openvino_pipe(
     work: Path,
     export_dir: Path | None = None,
     vae: str | Path | None = None,
+    static=None,
 ):
     """The OpenVINO pipeline of ``sampler`` (f32 hint) and its UNet's IR: the export with the
     adapter fused for ``"lcm"``, the base export otherwise (``work/openvino_<lcm|base>`` unless
     ``export_dir``), exported once and then reused (quietly: "already holds a complete export" is
-    no news here); ``vae``: a tiny autoencoder's folder to decode with (``None``: the export's VAE)."""
+    no news here); ``vae``: a tiny autoencoder's folder to decode with (``None``: the export's VAE);
+    ``static``: the one shape to compile it for (``OVPipeline.from_pretrained``'s; ``None``: dynamic)."""
     import contextlib
     import io
 
@@ -143,6 +145,7 @@ def openvino_pipe(
         precision="f32",
         scheduler="lcm" if sampler in LCM_SAMPLERS else None,
         vae=None if vae is None else str(vae),
+        static=static,
     )
     return pipe, export_dir / "unet" / "openvino_model.xml"
 

@@ -18,7 +18,9 @@ recipe costs. Here the same recipes run on a trained shapes toy of the same layo
    the benchmark replays it at real size).
 2. **Few LCM steps, the LCM-LoRA fused, no guidance** (when ``lora`` is given): each INT8 recipe
    of the fused UNet, calibrated with the LCM sampler, decoded by the VAE and, when ``taesd`` is
-   given, by the tiny autoencoder; and JAX fp32 with the tiny autoencoder.
+   given, by the tiny autoencoder, each with the pipeline compiled dynamic and static (for the
+   batch of held-out prompts, without guidance: the benchmark's ``..._static`` rows compile it
+   for one image); and JAX fp32 with the tiny autoencoder.
 3. **The stack** (when ``stack_interval`` is given): static shapes, full INT8 with the ResNets in
    float and DeepCache at that interval, the usual steps with guidance, as
    :func:`sdaccel.toy.stack_quality.measure` stacks them (its last row; its images are seeded as
@@ -66,10 +68,10 @@ def usual_steps_key(variant: str) -> str:
     return f"ov_{variant}_20"
 
 
-def few_steps_key(variant: str, tiny: bool) -> str:
+def few_steps_key(variant: str, tiny: bool, static: bool = False) -> str:
     """The key of the few-step OpenVINO row with ``variant``'s INT8 UNet (``tiny``: decoded by the
-    tiny autoencoder)."""
-    return f"lcm4_lora_{variant}" + ("_taesd" if tiny else "")
+    tiny autoencoder; ``static``: the pipeline compiled static)."""
+    return f"lcm4_lora_{variant}" + ("_static" if static else "") + ("_taesd" if tiny else "")
 
 
 def measure(
@@ -98,7 +100,7 @@ def measure(
     """
     from sdaccel.core.checkpoint import resolve_checkpoint
     from sdaccel.cpu import quality
-    from sdaccel.cpu.export import export_pipeline, text_to_image_components
+    from sdaccel.cpu.export import StaticShape, export_pipeline, text_to_image_components
     from sdaccel.toy import adherence, adherence_steps, dataset
     from sdaccel.toy.comparison import paired_latents
 
@@ -184,12 +186,21 @@ def measure(
         prompts = usual["prompts"]
         latents = paired_latents(folder, num_prompts, size, seed)
         few = work / "few_steps"
-        pipes = {False: adherence_steps.openvino_pipe(folder, "lcm", lora_path, few)}
-        unet_xml = pipes[False][1]
-        if taesd is not None:
-            pipes[True] = adherence_steps.openvino_pipe(folder, "lcm", lora_path, few, vae=taesd)
+        shape = StaticShape(num_prompts, size, size, guidance=False)  # one call: every prompt, no CFG
+        pipes = {}  # (tiny, static) -> (pipeline, UNet IR)
+        for tiny in (False, True) if taesd is not None else (False,):
+            for static in (False, True):
+                pipes[tiny, static] = adherence_steps.openvino_pipe(
+                    folder,
+                    "lcm",
+                    lora_path,
+                    few,
+                    vae=taesd if tiny else None,
+                    static=shape if static else None,
+                )
+        first, unet_xml = pipes[False, False]
         quantized = adherence.quantize_unet(
-            pipes[False][0],
+            first,
             unet_xml,
             few / "int8",
             list(toy_names),
@@ -200,14 +211,15 @@ def measure(
         )
         for toy_name, xml in quantized.items():
             variant = toy_names[toy_name]
-            for tiny, (pipe, _) in pipes.items():
+            for (tiny, static), (pipe, _) in pipes.items():
                 pipe.replace_unet(xml)
                 start = time.perf_counter()
                 images = adherence_steps.openvino_runner(pipe)(prompts, latents, few_steps, 1.0, size)
                 decoder = " + tiny autoencoder" if tiny else ""
-                title = f"OpenVINO {variant} UNet, {few_steps} steps LCM + LoRA fused{decoder}"
+                compiled = " + static" if static else ""
+                title = f"OpenVINO {variant} UNet, {few_steps} steps LCM + LoRA fused{compiled}{decoder}"
                 add_images(
-                    few_steps_key(variant, tiny),
+                    few_steps_key(variant, tiny, static),
                     title,
                     images,
                     f"int8+{pipe.precision}",
