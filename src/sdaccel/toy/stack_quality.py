@@ -34,7 +34,6 @@ from __future__ import annotations
 import argparse
 import os
 from collections.abc import Mapping, Sequence
-from contextlib import nullcontext
 from pathlib import Path
 
 from sdaccel.core.tables import markdown_table
@@ -143,7 +142,7 @@ def measure(
     from sdaccel.cpu.deepcache import QUANTIZED_PARTS, DeepCache, export_deepcache, quantize_deepcache
     from sdaccel.cpu.export import MODEL_XML, checkpoint_defaults, export_pipeline, text_to_image_components
     from sdaccel.cpu.pipeline import OVPipeline
-    from sdaccel.cpu.quantize import describe_ir, no_progress_bars, quantize_ir
+    from sdaccel.cpu.quantize import describe_ir, quantize_ir
     from sdaccel.cpu.tome import export_tome
     from sdaccel.toy import dataset
     from sdaccel.toy.calibration import calibrate_on_training_captions
@@ -184,25 +183,21 @@ def measure(
             dynamic, work / "calibration", steps, guidance_scale, size,
             prompts=calibration_prompts, samples=calibration_samples, progress=progress,
         )  # fmt: skip
-        # NNCF's bars only where asked for: in a notebook each pass would print a bar of its own
-        with nullcontext() if progress else no_progress_bars():
-            for name, source in list(unets.items()):
-                if name == "deepcache":
-                    unets[name] = work / ("deepcache_int8" if cut == "block" else f"deepcache_{cut}_int8")
-                    quantize_deepcache(
-                        source, unets[name], calibration, subset_size=calibration_samples,
-                        parts=QUANTIZED_PARTS[cut], ignored=ignored,
-                    )  # fmt: skip
-                else:
-                    unets[name] = work / f"unet_{name}_int8" / MODEL_XML
-                    quantize_ir(
-                        source,
-                        unets[name],
-                        "full_int8",
-                        calibration.folder,
-                        calibration_samples,
-                        ignored=ignored,
-                    )
+        # NNCF's bars only where asked for (quantize_ir's progress): in a notebook each pass
+        # would print a bar of its own
+        for name, source in list(unets.items()):
+            if name == "deepcache":
+                unets[name] = work / ("deepcache_int8" if cut == "block" else f"deepcache_{cut}_int8")
+                quantize_deepcache(
+                    source, unets[name], calibration, subset_size=calibration_samples,
+                    parts=QUANTIZED_PARTS[cut], ignored=ignored, progress=progress,
+                )  # fmt: skip
+            else:
+                unets[name] = work / f"unet_{name}_int8" / MODEL_XML
+                quantize_ir(
+                    source, unets[name], "full_int8", calibration.folder, calibration_samples,
+                    ignored=ignored, progress=progress,
+                )  # fmt: skip
 
     # 4. The stack, lever by lever: (pipeline, the UNet it runs, DeepCache)
     static = None
