@@ -81,7 +81,7 @@ $(STAMP): requirements-cpu.txt pyproject.toml
 	echo "$$install -r requirements-cpu.txt -e ."; \
 	$$install -r requirements-cpu.txt -e .
 	$(PY) -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (sdaccel)" >/dev/null
-	$(PY) -m sdaccel.toy.random_checkpoints build/checkpoints
+	$(PY) -m sdaccel.tools.toys.random_checkpoints build/checkpoints
 	touch $(STAMP)
 
 # uv resolves for the target (its markers, not this machine's: pip download --platform would keep
@@ -110,22 +110,22 @@ wheelhouse: setup
 	echo "$(WHEELHOUSE): $$(ls $(WHEELHOUSE)/*.whl | wc -l) wheels, $$(du -sh $(WHEELHOUSE) | cut -f1)"
 
 run: setup
-	$(PY) -m sdaccel.course.run_notebooks --profile smoke
+	$(PY) -m sdaccel.tools.workshop.run_notebooks --profile smoke
 
 run-full: setup
-	$(PY) -m sdaccel.course.run_notebooks --profile full
+	$(PY) -m sdaccel.tools.workshop.run_notebooks --profile full
 
 # The full profile rehearsed at real size with no network: the hub stand-in (the notebooks' hub ids,
 # real architectures and files, random weights: about 12 GB), then every notebook in the rehearsal
 # profile into build/rehearsal/ (a benchmark, not a test: hours on 2 cores). Wall time and peak
 # memory per notebook: build/rehearsal/summary.md and summary.json. Before it,
-# `python -m sdaccel.course.doctor --profile rehearsal` says what is missing from the stand-in.
+# `python -m sdaccel.tools.workshop.doctor --profile rehearsal` says what is missing from the stand-in.
 HF_STAND_IN ?= build/hf-home
 hub-cache: setup
-	$(PY) -m sdaccel.course.hub_cache $(HF_STAND_IN)
+	$(PY) -m sdaccel.tools.workshop.hub_cache $(HF_STAND_IN)
 
 rehearsal: hub-cache
-	SDACCEL_HF_STAND_IN=$(abspath $(HF_STAND_IN)) $(PY) -m sdaccel.course.run_notebooks --profile rehearsal --keep-going
+	SDACCEL_HF_STAND_IN=$(abspath $(HF_STAND_IN)) $(PY) -m sdaccel.tools.workshop.run_notebooks --profile rehearsal --keep-going
 
 # the kernel environment and each notebook's overrides come from src/sdaccel/course/run_profiles.py
 lab: setup
@@ -144,13 +144,13 @@ DOCS_FROM ?= build/smoke
 .PHONY: docs attendee doctor
 
 docs: setup
-	$(PY) -m sdaccel.course.docs_site --from $(DOCS_FROM) --out build/docs
+	$(PY) -m sdaccel.tools.workshop.docs_site --from $(DOCS_FROM) --out build/docs
 
 attendee: setup
 	$(PY) -m sdaccel.course.exercises strip notebooks build/attendee
 
 doctor: setup
-	$(PY) -m sdaccel.course.doctor --profile smoke --json build/doctor.json
+	$(PY) -m sdaccel.tools.workshop.doctor --profile smoke --json build/doctor.json
 
 clean:
 	rm -rf build .pytest_cache

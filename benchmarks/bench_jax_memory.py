@@ -7,7 +7,7 @@ SDXL into the Flax NNX port, and one SDXL step, each way in a child process of i
 
 The checkpoint is a diffusers folder, or ``sdxl``: the real SDXL base architecture (2.6 B-parameter
 UNet, both text encoders, the VAE) with random weights in ``*.fp16.safetensors`` files, as the hub
-holds them, built once into ``--random-root`` (``sdaccel.toy.random_checkpoints.build_random_checkpoint``;
+holds them, built once into ``--random-root`` (``sdaccel.tools.toys.random_checkpoints.build_random_checkpoint``;
 ~7 GB of disk, ~11 GB of memory while it is written). Memory does not depend on the weights' values.
 It is loaded as notebook 01 does: ``JaxPipeline.from_pretrained(folder, dtype=bfloat16, variant="fp16")``.
 
@@ -225,7 +225,7 @@ def step_child(
 
 
 def build_child(folder: str) -> dict:
-    from sdaccel.toy.random_checkpoints import build_random_checkpoint
+    from sdaccel.tools.toys.random_checkpoints import build_random_checkpoint
 
     return build_random_checkpoint("sdxl", folder, weight_dtype="fp16", variants={"fp16": "fp16"})
 

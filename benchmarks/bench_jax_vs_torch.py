@@ -31,7 +31,7 @@ What is measured:
    benchmarked size reports both, which shows how close the two counts are.
 
 3. **Whole images** (``--pipeline-checkpoint``, default the tiny SDXL checkpoint that
-   ``python -m sdaccel.toy.random_checkpoints build/checkpoints`` builds): ``sdaccel.tpu.pipeline.JaxPipeline.generate``
+   ``python -m sdaccel.tools.toys.random_checkpoints build/checkpoints`` builds): ``sdaccel.tpu.pipeline.JaxPipeline.generate``
    vs diffusers' ``StableDiffusionXLPipeline`` at ``--pipeline-size`` pixels and
    ``--pipeline-steps`` steps, seconds per image (median of ``--repeats``). On the tiny
    checkpoint this measures pipeline *overhead* (Python per step vs one compiled loop), not SDXL
@@ -344,7 +344,7 @@ def main(argv: list[str] | None = None) -> dict:
     if not args.no_pipeline:
         checkpoint = args.pipeline_checkpoint
         if checkpoint == str(REPO / "build/checkpoints/tiny-sdxl"):
-            from sdaccel.toy.random_checkpoints import ensure_tiny
+            from sdaccel.tools.toys.random_checkpoints import ensure_tiny
 
             ensure_tiny(REPO / "build/checkpoints", "tiny-sdxl")
         shape = (checkpoint, args.pipeline_size, args.pipeline_steps, args.pipeline_batch, args.repeats)

@@ -45,7 +45,7 @@ from pathlib import Path
 
 from sdaccel.core.staging import disk_bytes
 from sdaccel.cpu.benchmark import machine_info, run_child, summarize_run
-from sdaccel.toy.random_checkpoints import REFERENCE_ARCHITECTURES, build_random_checkpoint
+from sdaccel.tools.toys.random_checkpoints import REFERENCE_ARCHITECTURES, build_random_checkpoint
 
 #: Real architectures with random weights: ``--checkpoint`` key -> ``sdaccel/reference_configs`` folder.
 #: What ``--workdir`` holds after a run: only a folder with this file is emptied by the next run.

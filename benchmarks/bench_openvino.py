@@ -190,9 +190,9 @@ from sdaccel.cpu.deepcache import cached_shape
 from sdaccel.cpu.precision import CANDIDATES
 from sdaccel.cpu.quantize import quantize_ir
 from sdaccel.cpu.tome import check_ratio
+from sdaccel.tools.toys.random_checkpoints import BUILDERS, ensure_tiny
 from sdaccel.toy import replayed_recipes
 from sdaccel.toy.adherence import FLOAT_GROUP_RECIPES, FLOAT_GROUP_VARIANTS, float_group_ignored
-from sdaccel.toy.random_checkpoints import BUILDERS, ensure_tiny
 
 VARIANTS = (
     "torch_fp32",
@@ -236,7 +236,7 @@ MEMORY_STUDY = {
 
 def resolve_model(model: str) -> str:
     """A ``--models`` entry as ``sdaccel.cpu.benchmark`` takes it: the folder of a tiny checkpoint
-    of ``sdaccel.toy.random_checkpoints`` (built when missing), anything else as it is."""
+    of ``sdaccel.tools.toys.random_checkpoints`` (built when missing), anything else as it is."""
     return str(ensure_tiny("build/checkpoints", model)) if model in BUILDERS else model
 
 

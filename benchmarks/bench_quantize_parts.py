@@ -44,7 +44,7 @@ from sdaccel.cpu.benchmark import (
     synthetic_calibration,
     unet_inputs,
 )
-from sdaccel.toy.random_checkpoints import BUILDERS, ensure_tiny
+from sdaccel.tools.toys.random_checkpoints import BUILDERS, ensure_tiny
 
 #: Held-out inputs: (seed, timestep), none of them used for calibration.
 HELD_OUT = ((900, 850), (901, 450), (902, 120))

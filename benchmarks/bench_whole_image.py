@@ -9,7 +9,7 @@
 
 The model is a *real architecture with random weights* (``sd15``: SD 1.5 at 512x512; ``sdxl``:
 SDXL base at 1024x1024, both text encoders, weights stored fp16 on disk and upcast on load; built
-by ``sdaccel.toy.random_checkpoints.build_random_checkpoint``): time depends on the shapes, not on the values. One
+by ``sdaccel.tools.toys.random_checkpoints.build_random_checkpoint``): time depends on the shapes, not on the values. One
 image (one prompt) per call. Each row is one configuration, loaded and run in its own child
 process (``sdaccel.core.processes``), one after the other; in it, one untimed warm-up call, then
 ``--runs`` timed calls (:func:`sdaccel.course.whole_image.time_calls`); the row keeps the median:
@@ -129,10 +129,10 @@ from sdaccel.course.whole_image_rows import (
 )
 from sdaccel.cpu.benchmark import machine_info, run_child, summarize_run
 from sdaccel.cpu.deepcache import QUANTIZED_PARTS, folder_name, lever_name
+from sdaccel.tools.toys.distill_config import TARGET_MODULES
+from sdaccel.tools.toys.random_checkpoints import build_random_checkpoint
 from sdaccel.toy import replayed_recipes
 from sdaccel.toy.adherence import FLOAT_GROUP_RECIPES, float_group_ignored
-from sdaccel.toy.distill_config import TARGET_MODULES
-from sdaccel.toy.random_checkpoints import build_random_checkpoint
 
 PROMPT = "a photo of an astronaut riding a horse on mars"
 #: The INT8 recipes of the UNet (``ov_<variant>_20`` rows and ``--lcm-variant``): NNCF's three, and
@@ -612,7 +612,9 @@ def prepare(bench: Bench, args) -> dict:
             0,
             weights,
             path=src,
-            reused_from="sdaccel.toy.random_checkpoints.build_random_checkpoint (seed 0)" if made else None,
+            reused_from="sdaccel.tools.toys.random_checkpoints.build_random_checkpoint (seed 0)"
+            if made
+            else None,
         )
         if not ok:
             raise SystemExit(

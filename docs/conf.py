@@ -1,6 +1,6 @@
 """Sphinx configuration of the documentation site (see docs/about-this-site.md for why Sphinx).
 
-The sources are not this folder: ``python -m sdaccel.course.docs_site`` stages the README (as the landing
+The sources are not this folder: ``python -m sdaccel.tools.workshop.docs_site`` stages the README (as the landing
 page), the executed smoke notebooks, this folder's pages and the READMEs they link to into
 ``build/docs/src`` with the repository's own layout, so every relative link that works on GitHub
 works on the site too, and then runs ``sphinx-build -c docs build/docs/src build/docs/html``.
@@ -24,7 +24,7 @@ extensions = [
 root_doc = "index"
 exclude_patterns = ["_build", "**/*.previous.ipynb", "**/.ipynb_checkpoints"]
 
-# The notebooks were executed by `python -m sdaccel.course.run_notebooks --profile smoke` (in CI: by the
+# The notebooks were executed by `python -m sdaccel.tools.workshop.run_notebooks --profile smoke` (in CI: by the
 # test suite, with every notebook's results checked) just before the site is built; the site
 # shows exactly those executed copies, so myst-nb must not execute them again.
 nb_execution_mode = "off"

@@ -92,7 +92,7 @@ NOTEBOOK_BUILD = REPO / "build" / "test"
 #: Test modules that share state, and the xdist group they run in together (one worker, in order).
 GROUPS = {
     "tests/integration/test_notebooks.py": "notebooks-cpu",  # its tests of one notebook: see group_of
-    "tests/course/test_docs_site.py": "notebooks-cpu",  # builds the site from the notebooks' executed copies
+    "tests/tools/workshop/test_docs_site.py": "notebooks-cpu",  # builds the site from the notebooks' executed copies
     # these share one session folder of OpenVINO exports (basetemp/ov-exports): on one worker, each
     # checkpoint is exported once
     "tests/cpu/test_contract_cpu.py": "ov-exports",
@@ -137,7 +137,7 @@ SLOW_GROUPS = {
 #: site reads every notebook's executed copy, so it must come after 04-07 have run on its worker
 #: (by then the other worker has run 00-03). Collected first (tests/course/ sorts before
 #: tests/integration/), it would execute or wait for 00-03 before 04 could start.
-LAST_IN_GROUP = ("tests/course/test_docs_site.py",)
+LAST_IN_GROUP = ("tests/tools/workshop/test_docs_site.py",)
 
 #: Notebooks numbered below this run in the ``"notebooks-jax"`` group, the rest in ``"notebooks-cpu"``.
 FIRST_CPU_NOTEBOOK = "04"
@@ -274,7 +274,7 @@ def _checkpoints_lock():
 
 
 def ensure_checkpoint(name: str) -> Path:
-    from sdaccel.toy.random_checkpoints import ensure_tiny
+    from sdaccel.tools.toys.random_checkpoints import ensure_tiny
 
     with _checkpoints_lock():
         return ensure_tiny(CHECKPOINTS, name)
@@ -366,7 +366,7 @@ def _run_notebook_once(notebook: Path, testrun: str):
     import dataclasses
     import json
 
-    from sdaccel.course.run_notebooks import NotebookFailed, Run, execute, needed_tiny_checkpoints
+    from sdaccel.tools.workshop.run_notebooks import NotebookFailed, Run, execute, needed_tiny_checkpoints
 
     record = NOTEBOOK_BUILD / "smoke" / f"{notebook.stem}.run.json"
     locks = NOTEBOOK_BUILD / "locks"
@@ -412,7 +412,7 @@ def smoke_notebook(testrun_uid):
     fails with the same error. Each execution starts with an empty output folder
     (``run_notebooks.fresh_output_dir``), so what a test reads is this run's. Tests using it carry
     ``@pytest.mark.xdist_group("notebooks")``."""
-    from sdaccel.course.run_notebooks import NotebookFailed
+    from sdaccel.tools.workshop.run_notebooks import NotebookFailed
 
     runs: dict[str, object] = {}
 

@@ -177,7 +177,7 @@ def test_allow_patterns_take_only_what_is_needed():
 
 
 def test_resolve_errors_name_the_fix(tmp_path):
-    with pytest.raises(CheckpointError, match="sdaccel.toy.random_checkpoints"):
+    with pytest.raises(CheckpointError, match="sdaccel.tools.toys.random_checkpoints"):
         resolve_checkpoint(tmp_path / "does-not-exist")
     (tmp_path / "empty").mkdir()
     with pytest.raises(CheckpointError, match="model_index.json"):
@@ -261,7 +261,7 @@ def test_corrupt_weight_file_is_named_with_the_fix(tmp_path, case, spoil, reason
     message = str(caught.value)
     assert str(bad) in message, message
     assert reason in message, message
-    assert "--force-download" in message and "sdaccel.toy.random_checkpoints" in message, message
+    assert "--force-download" in message and "sdaccel.tools.toys.random_checkpoints" in message, message
     assert bad.read_bytes() == before, "checking a file must not change it"
     with pytest.raises(CheckpointError, match="truncated or corrupt|is empty"):
         open_weights(tmp_path, "unet")  # the path every loader takes

@@ -2,7 +2,7 @@
 its page (nothing fetched from elsewhere), and the page driven in headless Chromium on the smoke
 profile's toy: type a prompt, click Generate, wait for the picture, check it and the timing text.
 
-The browser test reuses the DevTools-protocol driver of tests/course/test_docs_site.py and leaves
+The browser test reuses the DevTools-protocol driver of tests/tools/workshop/test_docs_site.py and leaves
 a screenshot of the page after the click in build/demo-screenshot.png.
 """
 
@@ -22,7 +22,7 @@ import pytest
 from PIL import Image
 
 from sdaccel.course import demo
-from sdaccel.course.run_notebooks import REPO
+from sdaccel.tools.workshop.run_notebooks import REPO
 
 WORK = REPO / "build" / "demo-test"  # kept between runs: the toy's exports and INT8 UNet are reused
 SCREENSHOT = REPO / "build" / "demo-screenshot.png"
@@ -34,7 +34,7 @@ def smoke_demo() -> demo.Demo:
 
 
 def chromium_driver():
-    """tests/course/test_docs_site.py's Chromium class (a test module, so loaded by its path)."""
+    """tests/tools/workshop/test_docs_site.py's Chromium class (a test module, so loaded by its path)."""
     path = Path(__file__).with_name("test_docs_site.py")
     spec = importlib.util.spec_from_file_location("_docs_site_driver", path)
     module = importlib.util.module_from_spec(spec)

@@ -208,7 +208,7 @@ def test_resolve_lora_local_paths_and_errors(tmp_path, monkeypatch):
     with pytest.raises(CheckpointError, match="neither an existing file or folder nor a hub id"):
         resolve_lora(tmp_path / "missing.safetensors")
     with pytest.raises(
-        CheckpointError, match="Could not download the LoRA 'org/offline'.*sdaccel.course.download"
+        CheckpointError, match="Could not download the LoRA 'org/offline'.*sdaccel.tools.workshop.download"
     ):
         resolve_lora("org/offline")
     (tmp_path / "empty").mkdir()

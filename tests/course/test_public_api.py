@@ -28,7 +28,6 @@ def test_every_name_the_docstring_lists_resolves():
         "## In a notebook",
         "## Running the notebooks",
         "## Before a workshop",
-        "## The docs site",
         "## Reports of notebooks 06 and 07",
         "## The demo of notebook 07",
     ]

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from sdaccel.course import run_notebooks, run_profiles
+from sdaccel.course import run_profiles
+from sdaccel.tools.workshop import run_notebooks
 
 #: The notebooks' own smoke settings.
 SMOKE = dict(run_profiles.SMOKE)
@@ -220,7 +221,8 @@ def test_the_rehearsals_kernels_read_the_stand_in_offline(monkeypatch, capsys, t
     monkeypatch.setenv("HF_HOME", str(tmp_path))
     monkeypatch.delenv("HF_HUB_CACHE", raising=False)
     with pytest.raises(
-        FileNotFoundError, match=r"holds none: write it first with `python -m sdaccel.course.hub_cache"
+        FileNotFoundError,
+        match=r"holds none: write it first with `python -m sdaccel.tools.workshop.hub_cache",
     ):
         run_profiles.start("01_sdxl_in_jax", {})
     marker = tmp_path / "hub" / "models--org--name" / ".sdaccel-stand-in.json"

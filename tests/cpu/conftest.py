@@ -35,7 +35,7 @@ def convert(tmp_path_factory):
     from diffusers import UNet2DConditionModel
 
     from sdaccel.cpu.export import convert_unet
-    from sdaccel.toy.random_checkpoints import ensure_tiny
+    from sdaccel.tools.toys.random_checkpoints import ensure_tiny
 
     cache = {}
 

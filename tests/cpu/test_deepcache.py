@@ -289,7 +289,7 @@ def test_deepcache_quality_on_trained_shapes(ov_exports, name, record_property):
 
     src = REPO / "checkpoints" / name
     if not (src / "model_index.json").is_file():
-        pytest.skip(f"{src} is not there (trained by sdaccel.toy.train)")
+        pytest.skip(f"{src} is not there (trained by sdaccel.tools.toys.train)")
     folder, deep = _export(ov_exports, src)
     pipe = OVPipeline.from_pretrained(folder, precision="f32")
     parts = compile_parts(deep, pipe)

@@ -41,7 +41,7 @@ def export(ov_exports):
     """The text-to-image export of tiny-shapes-sd15, in the session folder that test_deepcache.py
     also exports it to (a run of both exports once)."""
     if not (SD15 / "model_index.json").is_file():
-        pytest.skip(f"{SD15} is not there (trained by sdaccel.toy.train)")
+        pytest.skip(f"{SD15} is not there (trained by sdaccel.tools.toys.train)")
     return export_pipeline(
         SD15, ov_exports / SD15.name, components=text_to_image_components(SD15), progress=False
     )

@@ -14,7 +14,7 @@ pytest.importorskip("nncf")
 
 from sdaccel.cpu import quantize as Q  # noqa: E402
 from sdaccel.cpu.quality import unet_relative_error  # noqa: E402
-from sdaccel.toy.random_checkpoints import ensure_tiny  # noqa: E402
+from sdaccel.tools.toys.random_checkpoints import ensure_tiny  # noqa: E402
 
 #: The tiny checkpoints that tests/conftest.py builds (ensure_checkpoint); the UNet IRs of the
 #: fixtures ``convert`` and ``unet_ir`` (tests/cpu/conftest.py) come from them.

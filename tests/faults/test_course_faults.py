@@ -4,7 +4,7 @@ cell runs, the whole-image benchmark stopped while a row's child process runs, a
 of the tiny checkpoints at once (``make run`` beside ``make test``).
 
 No machine here reaches the model hub, so the downloads run against a fake at the boundary that
-``sdaccel.course.download`` calls (``huggingface_hub.HfApi`` and ``snapshot_download``): it writes
+``sdaccel.tools.workshop.download`` calls (``huggingface_hub.HfApi`` and ``snapshot_download``): it writes
 the cache as huggingface_hub 2.x does (:data:`FAKE_HUB`), and everything else (the plan, the cache
 accounting, the doctor, the offline load) is the real code."""
 
@@ -86,7 +86,7 @@ huggingface_hub.snapshot_download = fake_snapshot_download
 """
 
 DOWNLOAD = """
-from sdaccel.course.download import main
+from sdaccel.tools.workshop.download import main
 sys.exit(main(["--models", "sd15", "--dest", {cache!r}]))
 """
 
@@ -95,7 +95,8 @@ INSPECT = """
 import json
 from huggingface_hub import scan_cache_dir
 from sdaccel.core.checkpoint import CheckpointError, resolve_checkpoint
-from sdaccel.course import doctor, resources
+from sdaccel.course import resources
+from sdaccel.tools.workshop import doctor
 
 models = {{"sd15": resources.MODELS["sd15"]}}
 cached, unfinished = doctor.read_cache(models, scan_cache_dir({cache!r}))
@@ -178,9 +179,9 @@ def test_a_killed_download_never_passes_for_cached_and_the_next_one_completes(
     # neither the doctor nor an offline load takes the unfinished download for the model
     seen = inspect(fault_kit, cache)
     assert seen["status"] == "fail" and seen["detail"].startswith("not cached"), seen
-    assert seen["fix"].startswith("python -m sdaccel.course.download --models sd15"), seen
+    assert seen["fix"].startswith("python -m sdaccel.tools.workshop.download --models sd15"), seen
     assert seen["folder"] is None, f"an offline load took the unfinished download: {seen}"
-    assert REPO_ID in seen["error"] and "python -m sdaccel.course.download" in seen["error"], seen
+    assert REPO_ID in seen["error"] and "python -m sdaccel.tools.workshop.download" in seen["error"], seen
 
     # the next download completes it, and removes what the killed one left
     again = fault_kit.run_python(download_code(hub_repo, cache))
@@ -231,7 +232,7 @@ def test_a_cache_holding_part_of_a_snapshot_is_refused_naming_the_file_and_the_f
     assert seen["status"] == "fail" and seen["detail"].startswith("not cached"), seen
     assert seen["folder"] is None, f"an offline load took a partial snapshot: {seen}"
     assert missing in seen["error"], seen
-    assert "python -m sdaccel.course.download" in seen["error"] and "copy" in seen["error"], seen
+    assert "python -m sdaccel.tools.workshop.download" in seen["error"] and "copy" in seen["error"], seen
     assert fault_kit.digest(cache) == before, "a check changed the cache"
 
 
@@ -270,7 +271,7 @@ NOTEBOOK_CELLS = [
 RUN_NOTEBOOK = """
 import sys
 from pathlib import Path
-from sdaccel.course.run_notebooks import execute
+from sdaccel.tools.workshop.run_notebooks import execute
 execute(Path(sys.argv[1]), "full", Path(sys.argv[2]), Path(sys.argv[2]) / "checkpoints", timeout=300)
 """
 
@@ -492,7 +493,7 @@ BUILDER = """
 import json
 from pathlib import Path
 from sdaccel.core.checkpoint import check_weight_files, read_json
-from sdaccel.toy import random_checkpoints
+from sdaccel.tools.toys import random_checkpoints
 
 root, how = Path({root!r}), {how!r}
 if how == "cli":

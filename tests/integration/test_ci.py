@@ -78,7 +78,7 @@ def test_the_site_runs_after_the_notebooks_of_its_group_whatever_the_collection_
     executed notebook, must still come after 04-07 (else that worker would wait for 00-03 first)."""
     conftest = loaded_conftest()
     items = [
-        FakeItem("tests/course/test_docs_site.py::test_site_builds_and_renders_in_chromium"),
+        FakeItem("tests/tools/workshop/test_docs_site.py::test_site_builds_and_renders_in_chromium"),
         FakeItem("tests/core/test_contract.py::test_a"),
         FakeItem("tests/integration/test_notebooks.py::test_notebook_runs_in_smoke_profile[04_openvino]"),
         FakeItem("tests/integration/test_notebooks.py::test_notebook_runs_in_smoke_profile[00_environment]"),

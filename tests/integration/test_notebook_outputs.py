@@ -12,9 +12,10 @@ import nbformat
 import pytest
 
 from sdaccel.course import colab as installer
-from sdaccel.course import run_notebooks, run_profiles
+from sdaccel.course import run_profiles
 from sdaccel.course.notebook import REPOSITORY_URL, SETUP_CELL
-from sdaccel.course.run_notebooks import (
+from sdaccel.tools.workshop import run_notebooks
+from sdaccel.tools.workshop.run_notebooks import (
     BANNED_PHRASES,
     WIDGET_STATE,
     WIDGET_VIEW,

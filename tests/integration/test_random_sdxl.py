@@ -1,4 +1,4 @@
-"""The real architectures with random weights (sdaccel.toy.random_checkpoints.build_random_checkpoint, used by
+"""The real architectures with random weights (sdaccel.tools.toys.random_checkpoints.build_random_checkpoint, used by
 benchmarks/bench_memory.py), built from shrunk reference configs (the full
 size takes about 7 GB of disk and 20 GB of RAM), and benchmarks/bench_whole_image.py's SDXL rows
 on it: the layout every loader reads, the fp16 storage, both text encoders, the VAE's force_upcast."""
@@ -19,8 +19,8 @@ REFERENCE = ROOT / "src" / "sdaccel" / "reference_configs" / "sdxl-base-1.0"
 def shrunk_configs() -> dict[str, dict]:
     """SDXL base's reference configs with every width, depth and count made small, and everything
     else (classes, the added time conditioning, force_upcast, the scaling factor) kept: the hub
-    stand-in's tiny scale (sdaccel.course.hub_cache.tiny_configs)."""
-    from sdaccel.course.hub_cache import tiny_configs
+    stand-in's tiny scale (sdaccel.tools.workshop.hub_cache.tiny_configs)."""
+    from sdaccel.tools.workshop.hub_cache import tiny_configs
 
     return tiny_configs("sdxl")
 
@@ -29,7 +29,7 @@ def build(folder: Path, weight_dtype: str, name: str = "sdxl", configs: dict | N
     """``build_random_checkpoint`` in a child Python (PyTorch's global seed and memory stay out of
     the test process)."""
     code = (
-        "import json, sys; from sdaccel.toy.random_checkpoints import build_random_checkpoint; "
+        "import json, sys; from sdaccel.tools.toys.random_checkpoints import build_random_checkpoint; "
         "print(json.dumps(build_random_checkpoint(sys.argv[1], sys.argv[2], 0, sys.argv[3], json.loads(sys.argv[4]))))"
     )
     args = [name, str(folder), weight_dtype, json.dumps(configs if configs is not None else shrunk_configs())]
@@ -60,7 +60,7 @@ def _dtypes(path: Path) -> set[str]:
 
 
 def test_the_folder_has_sdxls_layout_and_its_weights_are_fp16(random_sdxl):
-    from sdaccel.toy.random_checkpoints import SDXL_COMPONENTS
+    from sdaccel.tools.toys.random_checkpoints import SDXL_COMPONENTS
 
     index = json.loads((random_sdxl / "model_index.json").read_text())
     assert index["_class_name"] == "StableDiffusionXLPipeline"
@@ -138,7 +138,7 @@ def test_the_sd15_layout_is_unchanged(tmp_path):
 
 def test_a_name_or_dtype_it_does_not_know_is_refused(tmp_path):
     code = (
-        "from sdaccel.toy.random_checkpoints import build_random_checkpoint as b\n"
+        "from sdaccel.tools.toys.random_checkpoints import build_random_checkpoint as b\n"
         "for args in (('sd3', 'x'), ('sdxl', 'x', 0, 'bf16')):\n"
         "    try:\n        b(*args)\n    except ValueError as e:\n        print(e)\n"
     )

@@ -17,7 +17,7 @@ from dockerfile_parse import DockerfileParser
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-from sdaccel.course.doctor import parse_pins
+from sdaccel.tools.workshop.doctor import parse_pins
 
 REPO = Path(__file__).resolve().parents[2]
 WORKFLOWS = sorted((REPO / ".github" / "workflows").glob("*.yml"))
@@ -116,7 +116,7 @@ def test_ci_builds_the_docs_from_the_tested_notebooks_and_publishes_from_main():
     assert "make docs DOCS_FROM=build/test/smoke" in runs(test)
     make = (REPO / "Makefile").read_text()
     assert re.search(
-        r"^docs: setup\n\t\$\(PY\) -m sdaccel.course.docs_site --from \$\(DOCS_FROM\)", make, re.M
+        r"^docs: setup\n\t\$\(PY\) -m sdaccel.tools.workshop.docs_site --from \$\(DOCS_FROM\)", make, re.M
     )
     # where the notebook tests execute the notebooks (conftest's NOTEBOOK_BUILD, then the profile)
     assert 'NOTEBOOK_BUILD = REPO / "build" / "test"' in (REPO / "tests" / "conftest.py").read_text()

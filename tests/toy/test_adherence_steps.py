@@ -86,7 +86,7 @@ def test_sweep_inputs_are_checked():
         adherence_steps.adherence_vs_steps(BASE, SHIPPED, steps=(0, 4))
     with pytest.raises(ValueError, match="work_dir"):
         adherence_steps.adherence_vs_steps(BASE, SHIPPED, pipelines=("ov_f32",))
-    with pytest.raises(FileNotFoundError, match="sdaccel.toy.distill"):
+    with pytest.raises(FileNotFoundError, match="sdaccel.tools.toys.distill"):
         adherence_steps.adherence_vs_steps(BASE, BASE, samplers=("lcm",))
 
 

@@ -17,8 +17,6 @@ def test_the_docstring_lists_names_of_every_module():
     assert {module for module, _ in LISTED} == set(sdaccel.toy.__all__)
     for heading in (
         "## The shapes data set",
-        "## Tiny checkpoints",
-        "## Training and distillation",
         "## Adherence",
     ):
         assert heading in sdaccel.toy.__doc__

@@ -116,14 +116,14 @@ def resolve_checkpoint(
             raise CheckpointError(
                 f"{path} is a folder but holds neither model_index.json (a pipeline) nor config.json "
                 "(one component). Point at the checkpoint's top folder, for example the folder that "
-                "`python -m sdaccel.toy.random_checkpoints build/checkpoints` wrote."
+                "`python -m sdaccel.tools.toys.random_checkpoints build/checkpoints` wrote."
             )
         return path
     text = str(path_or_id)
     if not _HUB_ID.match(text) or text.startswith((".", "/", "~")):
         raise CheckpointError(
             f"No checkpoint folder at {text!r}, and it is not a hub id of the form 'org/name'. "
-            "Check the path, or build the tiny checkpoints with `python -m sdaccel.toy.random_checkpoints build/checkpoints`."
+            "Check the path, or build the tiny checkpoints with `python -m sdaccel.tools.toys.random_checkpoints build/checkpoints`."
         )
     from huggingface_hub import snapshot_download
 
@@ -137,7 +137,7 @@ def resolve_checkpoint(
         raise CheckpointError(
             f"Could not download {text!r} from the Hugging Face hub ({type(err).__name__}: {err}). "
             "Without network access, pass a local folder instead (for example the tiny checkpoints "
-            "from `python -m sdaccel.toy.random_checkpoints build/checkpoints`); for gated models run `hf auth login`."
+            "from `python -m sdaccel.tools.toys.random_checkpoints build/checkpoints`); for gated models run `hf auth login`."
         ) from err
     missing = missing_pipeline_files(folder, components, variant)
     if missing:  # offline, the hub client hands out a cached snapshot as it is
@@ -255,7 +255,7 @@ def partial_cache_message(
     return (
         f"{repo_id} is only partly in the Hugging Face cache: {what}. An interrupted download, or a "
         "copy of the cache that stopped part-way, leaves it so. Fix: run the download again where "
-        f"the hub is reachable (`python -m sdaccel.course.download`, or `hf download {repo_id}`), or "
+        f"the hub is reachable (`python -m sdaccel.tools.workshop.download`, or `hf download {repo_id}`), or "
         f"copy the whole cache folder (HF_HUB_CACHE) again.{hint}"
     )
 
@@ -339,7 +339,7 @@ def refetch_hint(path: Path) -> str:
     return (
         f"make the checkpoint {checkpoint} again: download it again (`hf download <org/name> "
         "--force-download`), export it again (`export_pipeline(..., force=True)`), or, for a tiny "
-        "checkpoint, delete its folder and run `python -m sdaccel.toy.random_checkpoints build/checkpoints`"
+        "checkpoint, delete its folder and run `python -m sdaccel.tools.toys.random_checkpoints build/checkpoints`"
     )
 
 
@@ -656,7 +656,7 @@ def resolve_lora(path_or_id: str | os.PathLike) -> Path:
     except Exception as err:  # the hub client raises many types; all mean "could not get it"
         raise CheckpointError(
             f"Could not download the LoRA {text!r} from the Hugging Face hub ({type(err).__name__}: "
-            f"{err}). Without network access, download it elsewhere (`python -m sdaccel.course.download "
+            f"{err}). Without network access, download it elsewhere (`python -m sdaccel.tools.workshop.download "
             "--notebooks 07`) or pass the path of its .safetensors file."
         ) from err
     if not any((folder / name).is_file() for name in LORA_FILES[:2]):

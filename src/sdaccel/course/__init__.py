@@ -1,5 +1,5 @@
-"""Running the course: what the notebooks call, what runs them, what checks a machine before a
-workshop, the docs site, and the report code of notebooks 06 and 07.
+"""Running the course: what the notebooks call, what a profile changes, what each notebook needs before a
+workshop and the report code of notebooks 06 and 07.
 
 The names below are this room's public API, listed by the module that defines them. Importing
 ``sdaccel.course`` imports none of its modules: most of them are command lines too
@@ -26,9 +26,6 @@ a name from its module, as the notebooks do: ``from sdaccel.course.run_profiles 
 
 ## Running the notebooks
 
-- :func:`~sdaccel.course.run_notebooks.run_all`, :func:`~sdaccel.course.run_notebooks.execute`,
-  :func:`~sdaccel.course.run_notebooks.discover` (:mod:`~sdaccel.course.run_notebooks`): execute the
-  notebooks with papermill under a profile (``python -m sdaccel.course.run_notebooks``).
 - :func:`~sdaccel.course.run_profiles.overrides` and :data:`~sdaccel.course.run_profiles.KERNEL_ENV`: what
   a profile changes (``python -m sdaccel.course.run_profiles lab`` starts Jupyter with it).
 - :func:`~sdaccel.course.exercises.strip`: the attendee copies, solutions removed
@@ -36,21 +33,10 @@ a name from its module, as the notebooks do: ``from sdaccel.course.run_profiles 
 
 ## Before a workshop
 
-- :func:`~sdaccel.course.doctor.run_checks` (:mod:`~sdaccel.course.doctor`): the pre-flight check of a
-  machine (``python -m sdaccel.course.doctor``).
-- :func:`sdaccel.course.download.download` (:mod:`~sdaccel.course.download`): fetches exactly the hub
-  files the chosen notebooks read (``python -m sdaccel.course.download``). It is not a name of the
-  package, whose ``download`` is that module.
 - :data:`~sdaccel.course.resources.NOTEBOOKS`, :data:`~sdaccel.course.resources.MODELS`,
   :func:`~sdaccel.course.resources.models_for`, :func:`~sdaccel.course.resources.totals`,
   :func:`~sdaccel.course.resources.disk_shortfall` (:mod:`~sdaccel.course.resources`): what each
   notebook needs (memory, disk, hub files), read by both.
-
-## The docs site
-
-- :func:`~sdaccel.course.docs_site.build`, :func:`~sdaccel.course.docs_site.stage`
-  (:mod:`~sdaccel.course.docs_site`): the Sphinx site from the executed smoke notebooks
-  (``python -m sdaccel.course.docs_site``).
 
 ## Reports of notebooks 06 and 07
 
@@ -79,32 +65,15 @@ a name from its module, as the notebooks do: ``from sdaccel.course.run_profiles 
   type a prompt, choose the steps, INT8, LCM-LoRA and TAESD, and see the picture and its seconds on the
   OpenVINO pipeline; a page served on this machine (``python -m sdaccel.course.demo``) or ipywidgets
   in the notebook.
-
-## Rehearsing the full profile
-
-- :func:`~sdaccel.course.hub_cache.build_hub_cache`, :data:`~sdaccel.course.hub_cache.STAND_INS`,
-  :func:`~sdaccel.course.hub_cache.tiny_configs` (:mod:`~sdaccel.course.hub_cache`): a local stand-in
-  for the hub, every hub id the notebooks read in a real Hugging Face cache, with the real
-  architectures and files and random weights (``python -m sdaccel.course.hub_cache``); the
-  ``rehearsal`` profile (:data:`~sdaccel.course.run_profiles.REHEARSAL`) runs the notebooks on it.
-- :class:`~sdaccel.course.run_notebooks.MemoryWatch`, :func:`~sdaccel.course.run_notebooks.write_summary`:
-  each run's wall time and the peak memory of its kernel and of the processes it starts, in
-  ``build/<profile>/summary.json`` and ``summary.md``; :func:`~sdaccel.course.run_notebooks.failed_cell`:
-  where a failed run stopped (the cell that raised, or the last one started when its kernel died).
 """
 
 __all__ = [
     "colab",
     "demo",
-    "docs_site",
-    "doctor",
-    "download",
     "exercises",
     "few_steps",
-    "hub_cache",
     "notebook",
     "resources",
-    "run_notebooks",
     "run_profiles",
     "stack_report",
     "whole_image",

@@ -20,7 +20,7 @@ cells share and what the tests check:
 - :func:`random_tiny_vae`: a random-weight tiny autoencoder that fits a checkpoint's latents (a
   stand-in for TAESD where there is no trained one: it times like one, and draws noise; the smoke
   profile runs the toy's own, ``checkpoints/tiny-shapes-sdxl-taesd``, distilled by
-  :mod:`sdaccel.toy.distill_taesd`).
+  :mod:`sdaccel.tools.toys.distill_taesd`).
 """
 
 from __future__ import annotations
@@ -259,5 +259,5 @@ def shapes_toy(model_id: str | os.PathLike) -> tuple[Path, Path]:
             return repo / name, repo / f"{name}-lcm-lora"
     raise FileNotFoundError(
         f"No trained shapes checkpoint with an LCM-LoRA under {repo}: make one with "
-        "`python -m sdaccel.toy.distill checkpoints/tiny-shapes-sdxl checkpoints/tiny-shapes-sdxl-lcm-lora`."
+        "`python -m sdaccel.tools.toys.distill checkpoints/tiny-shapes-sdxl checkpoints/tiny-shapes-sdxl-lcm-lora`."
     )

@@ -3,7 +3,7 @@
 Each notebook writes what it measured to ``OUTPUT_DIR/results.json`` through :class:`Results`,
 as soon as it is measured. The tests read that file, so they assert on what the notebook
 really computed. Within one Jupyter session, re-running a cell updates the file key by key. A new
-run by ``sdaccel.course.run_notebooks`` starts with an empty ``OUTPUT_DIR`` (the earlier one is kept as
+run by ``sdaccel.tools.workshop.run_notebooks`` starts with an empty ``OUTPUT_DIR`` (the earlier one is kept as
 ``<OUTPUT_DIR>.previous``), so no key of an earlier run can pass for a new result.
 """
 

@@ -1,5 +1,5 @@
 """What each notebook needs: memory, disk, and which hub files. One table, read by the pre-flight
-check (``python -m sdaccel.course.doctor``) and the downloader (``python -m sdaccel.course.download``).
+check (``python -m sdaccel.tools.workshop.doctor``) and the downloader (``python -m sdaccel.tools.workshop.download``).
 
 The hub files are not listed here file by file: each :class:`Model` names a repository, the
 pipeline components a notebook loads and the weight variant, and the glob patterns come from

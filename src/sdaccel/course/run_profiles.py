@@ -8,14 +8,14 @@ profile swaps some of those values, and this module is the one place that says w
   ``make lab`` use it.
 - ``full``: no override: the parameters cell as written, on whatever hardware this is.
 - ``rehearsal``: the full profile's models, sizes and recipes at real size, read offline from the
-  hub stand-in (``python -m sdaccel.course.hub_cache build/hf-home``: the real architectures and
+  hub stand-in (``python -m sdaccel.tools.workshop.hub_cache build/hf-home``: the real architectures and
   files with random weights), with only the overrides that a 2-core machine with 24 GiB needs to
   finish (:data:`REHEARSAL`, one reason each). It measures the code, memory and time of the full
   profile; its pictures are noise and nothing in it scores adherence. ``make rehearsal`` runs it.
 
 Both ways of running a notebook read this module:
 
-- ``python -m sdaccel.course.run_notebooks --profile smoke`` injects :func:`overrides` through papermill
+- ``python -m sdaccel.tools.workshop.run_notebooks --profile smoke`` injects :func:`overrides` through papermill
   and starts the kernel with :data:`KERNEL_ENV`;
 - a Jupyter kernel started by ``make lab`` (``python -m sdaccel.course.run_profiles lab``) has
   :data:`KERNEL_ENV` in its environment, ``SDACCEL_PROFILE=smoke`` among it, and the cell right
@@ -41,10 +41,10 @@ REPO = Path(__file__).resolve().parents[3]
 PROFILES = ("smoke", "full", "rehearsal")
 #: The environment variable that names the profile of a notebook kernel.
 PROFILE_VAR = "SDACCEL_PROFILE"
-#: Where ``{checkpoints}/...`` values point (the random-weight checkpoints of ``sdaccel.toy.random_checkpoints``).
+#: Where ``{checkpoints}/...`` values point (the random-weight checkpoints of ``sdaccel.tools.toys.random_checkpoints``).
 CHECKPOINTS_VAR = "SDACCEL_CHECKPOINTS"
 SIMULATED_DEVICES = 8
-#: The ``HF_HOME`` of the rehearsal's kernels: the hub stand-in of ``sdaccel.course.hub_cache``
+#: The ``HF_HOME`` of the rehearsal's kernels: the hub stand-in of ``sdaccel.tools.workshop.hub_cache``
 #: (``$SDACCEL_HF_STAND_IN`` moves it, e.g. to a larger disk).
 STAND_IN_HOME = Path(os.environ.get("SDACCEL_HF_STAND_IN") or REPO / "build" / "hf-home")
 
@@ -101,7 +101,7 @@ TINY_SDXL = "{repo}/checkpoints/tiny-shapes-sdxl"
 TINY_SD15 = "{repo}/checkpoints/tiny-shapes-sd15"
 
 #: The smoke profile's overrides, per notebook stem. ``{repo}`` is this repository's folder and
-#: ``{checkpoints}`` the folder of ``sdaccel.toy.random_checkpoints``'s random-weight checkpoints.
+#: ``{checkpoints}`` the folder of ``sdaccel.tools.toys.random_checkpoints``'s random-weight checkpoints.
 SMOKE: dict[str, dict] = {
     "00_environment_and_devices": {
         "MODEL_ID": TINY_SDXL,
@@ -214,7 +214,7 @@ SMOKE: dict[str, dict] = {
         "JAX_MODEL_ID": TINY_SDXL,
         "JAX_VARIANT": None,
         "JAX_DTYPE": "float32",
-        "JAX_LORA": TINY_SDXL + "-lcm-lora",  # distilled in this repository (sdaccel.toy.distill)
+        "JAX_LORA": TINY_SDXL + "-lcm-lora",  # distilled in this repository (sdaccel.tools.toys.distill)
         "JAX_HEIGHT": 32,
         "JAX_WIDTH": 32,
         "JAX_BASE_STEPS": 20,
@@ -222,7 +222,8 @@ SMOKE: dict[str, dict] = {
         "JAX_LCM_STEPS": [4],  # one program, shared with the no-adapter row; the step sweep runs on OpenVINO
         "CPU_MODEL_ID": TINY_SDXL,  # the toy with a distilled LCM-LoRA
         "CPU_LORA": TINY_SDXL + "-lcm-lora",
-        "FAST_VAE": TINY_SDXL + "-taesd",  # distilled from the toy's VAE here (sdaccel.toy.distill_taesd)
+        "FAST_VAE": TINY_SDXL
+        + "-taesd",  # distilled from the toy's VAE here (sdaccel.tools.toys.distill_taesd)
         "CPU_HEIGHT": 32,
         "CPU_WIDTH": 32,
         "CPU_GUIDANCE_SCALE": 6.0,
@@ -445,7 +446,7 @@ class Started:
 
 #: What the rehearsal's kernels print under the profile line.
 RANDOM_WEIGHTS_NOTE = (
-    "The models are the hub stand-in's (sdaccel.course.hub_cache): the real architectures and files with "
+    "The models are the hub stand-in's (sdaccel.tools.workshop.hub_cache): the real architectures and files with "
     "random weights. This run measures code, memory and time; its pictures are noise, and no adherence "
     "or CLIP score is computed on them."
 )
@@ -465,7 +466,7 @@ def check_stand_in(environ=None) -> Path:
     if not any(cache.glob("models--*/.sdaccel-stand-in.json")):
         raise FileNotFoundError(
             f"The rehearsal reads the hub stand-in, and {cache} holds none: write it first with "
-            f"`python -m sdaccel.course.hub_cache {cache.parent}` (random weights, about 12 GB), "
+            f"`python -m sdaccel.tools.workshop.hub_cache {cache.parent}` (random weights, about 12 GB), "
             "or run `make rehearsal`, which does."
         )
     return cache

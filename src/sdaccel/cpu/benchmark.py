@@ -55,7 +55,7 @@ def time_wall_and_cpu(call, iters: int, warmup: int) -> tuple[list[float], list[
 
 #: Real architectures with random weights (configs in ``sdaccel/reference_configs``). Any other
 #: ``--models`` entry is a checkpoint (a diffusers folder or hub id; ``tiny-sd15`` / ``tiny-sdxl``
-#: are the tiny ones of ``sdaccel.toy.random_checkpoints``) whose own UNet weights are used.
+#: are the tiny ones of ``sdaccel.tools.toys.random_checkpoints``) whose own UNet weights are used.
 MODELS = {"sd15": "sd-1.5", "sdxl": "sdxl-base-1.0"}
 
 

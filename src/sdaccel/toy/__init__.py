@@ -1,6 +1,6 @@
-"""The toy world: a data set of coloured shapes, tiny checkpoints (random and trained on it), the
-LCM-LoRA and the tiny autoencoder distilled from one, and the prompt-adherence numbers that say
-whether an optimised pipeline still draws what it is asked.
+"""The toy world: a data set of coloured shapes, and the prompt-adherence numbers that say whether an
+optimised pipeline still draws what it is asked of the tiny checkpoints trained on it (those
+checkpoints are made by :mod:`sdaccel.tools.toys`).
 
 Importing the package imports none of its modules: several of them run PyTorch, diffusers,
 OpenVINO or JAX when called. Import the module you need (``from sdaccel.toy import dataset``);
@@ -13,37 +13,6 @@ OpenVINO or JAX when called. Import the module you need (``from sdaccel.toy impo
   ``dataset.all_combinations``: the prompts, and the combinations never trained on.
 - ``dataset.adherence``, ``dataset.classify``, ``dataset.parse_prompt``, ``dataset.read_back``:
   reading an image back, and the score of a batch against its prompts.
-
-## Tiny checkpoints
-
-- ``random_checkpoints.ensure_tiny``, ``random_checkpoints.build_tiny_sdxl``,
-  ``random_checkpoints.build_tiny_sd15``, ``random_checkpoints.BUILDERS``: random-weight
-  checkpoints in the exact diffusers layout (command line: ``python -m sdaccel.toy.random_checkpoints``).
-- ``random_checkpoints.write_clip_tokenizer_files``, ``random_checkpoints.clip_text_encoder``,
-  ``random_checkpoints.write_model_index``, ``random_checkpoints.bytes_to_unicode``: their pieces.
-- ``random_checkpoints.SDXL_COMPONENTS``, ``random_checkpoints.SD15_COMPONENTS``,
-  ``random_checkpoints.SD_NOISE_SCHEDULE``: what the layouts hold.
-
-## Training and distillation
-
-- ``train.train``, ``train.TrainConfig``, ``train.SMOKE``, ``train.LAYOUTS``: a real tiny model
-  trained on the shapes (``python -m sdaccel.toy.train``).
-- ``train.encode_prompts``, ``train.encode_images``, ``train.sdxl_time_ids``,
-  ``train.build_scheduler``, ``train.warmup_cosine``, ``train.write_tokenizer``, ``train.generate``:
-  its conditioning, schedules and sampling.
-- ``distill.run``, ``distill.distill``, ``distill.DDIMSolver``, ``distill.boundary_scalings``:
-  the LCM-LoRA distillation (``python -m sdaccel.toy.distill``).
-- ``distill_config.DistillConfig``, ``distill_config.TARGET_MODULES``,
-  ``distill_config.WEIGHT_NAME``: its knobs, the layers it adapts and the file it writes;
-  ``distill_config.add_config_flags``, ``distill_config.config_from_args``: a config's numbers as
-  command-line flags and back (both distillations' commands).
-- ``distill_eval.evaluate``, ``distill_eval.adherence_table``, ``distill_eval.plot_samples``:
-  the adapter's adherence through diffusers.
-- ``model_card.write_readme``, ``model_card.refresh_readme``, ``model_card.readme_text``: the
-  adapter's README.
-- ``distill_taesd.run``, ``distill_taesd.TaesdConfig``, ``distill_taesd.tiny_config``,
-  ``distill_taesd.evaluate``: a tiny autoencoder (TAESD's architecture) distilled from a trained
-  checkpoint's VAE, and its quality against that VAE (``python -m sdaccel.toy.distill_taesd``).
 
 ## Adherence
 
@@ -97,18 +66,11 @@ __all__ = [
     "comparison",
     "dataset",
     "deepcache_quality",
-    "distill",
-    "distill_config",
-    "distill_eval",
-    "distill_taesd",
-    "model_card",
-    "random_checkpoints",
     "replayed_recipes",
     "report",
     "sensitivity_quality",
     "stack_quality",
     "steps_report",
     "tome_quality",
-    "train",
     "whole_image_quality",
 ]

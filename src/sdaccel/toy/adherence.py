@@ -3,7 +3,7 @@
     python -m sdaccel.toy.adherence checkpoints/tiny-shapes-sd15 --prompts 96
     python -m sdaccel.toy.adherence checkpoints/tiny-shapes-sdxl --prompts 96 --out build/adherence/sdxl.json
 
-On a trained shapes checkpoint (:mod:`sdaccel.toy.train`) the same held-out prompts and the
+On a trained shapes checkpoint (:mod:`sdaccel.tools.toys.train`) the same held-out prompts and the
 same initial noise go through:
 
 * ``torch_fp32``: diffusers' own PyTorch pipeline, the reference;

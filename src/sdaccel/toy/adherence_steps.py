@@ -3,7 +3,7 @@
     python -m sdaccel.toy.adherence_steps checkpoints/tiny-shapes-sdxl --lora checkpoints/tiny-shapes-sdxl-lcm-lora \\
         --steps 1 2 3 4 6 8 12 20 --prompts 96 --out benchmarks/results/steps_adherence_tiny-shapes-sdxl.json
 
-Fewer steps is the largest lever on latency, and a distilled adapter (:mod:`sdaccel.toy.distill`)
+Fewer steps is the largest lever on latency, and a distilled adapter (:mod:`sdaccel.tools.toys.distill`)
 is what makes few steps draw the right picture. This sweep says how many steps each sampler
 needs, on the held-out prompts of :mod:`sdaccel.toy.dataset`, in each pipeline:
 
@@ -66,7 +66,7 @@ def lora_file(lora: str | Path) -> Path:
             return path / name
     raise FileNotFoundError(
         f"{lora}: no LoRA weights ({' or '.join(WEIGHT_NAMES)}); make the adapter with "
-        "`python -m sdaccel.toy.distill CHECKPOINT OUT_DIR`."
+        "`python -m sdaccel.tools.toys.distill CHECKPOINT OUT_DIR`."
     )
 
 

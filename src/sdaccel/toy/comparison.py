@@ -3,7 +3,7 @@ and the same uint8 images out (:func:`uint8_images`), so that two rows of a tabl
 pipeline alone.
 
 Used by :mod:`sdaccel.toy.adherence`, :mod:`sdaccel.toy.adherence_steps` and
-:mod:`sdaccel.toy.distill_eval`; light to import (torch only when noise is drawn).
+:mod:`sdaccel.tools.toys.distill_eval`; light to import (torch only when noise is drawn).
 """
 
 from __future__ import annotations

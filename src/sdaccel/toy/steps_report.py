@@ -3,7 +3,7 @@ adapter at 4 steps against the base sampler at its most steps.
 
 The rows are those of :func:`sdaccel.toy.adherence_steps.adherence_vs_steps` (one per pipeline x
 sampler x step count); the sweep's command line prints the table, and the LCM-LoRA's model card
-(:mod:`sdaccel.toy.model_card`) quotes both. Light: no framework imports.
+(:mod:`sdaccel.tools.toys.model_card`) quotes both. Light: no framework imports.
 """
 
 from __future__ import annotations

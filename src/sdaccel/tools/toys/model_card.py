@@ -1,14 +1,14 @@
 """The model card of a distilled LCM-LoRA: the ``README.md`` written beside the adapter.
 
 :func:`write_readme` fills :data:`README` from the run's config and log (``distill_log.json``):
-what the adapter is, its adherence table against the base model (:mod:`sdaccel.toy.distill_eval`),
+what the adapter is, its adherence table against the base model (:mod:`sdaccel.tools.toys.distill_eval`),
 the steps sweep in every pipeline when one was run (:mod:`sdaccel.toy.steps_report`), how to use
 it, the command that remakes it and, for a shipped adapter, the recipes tried and not kept
 (:data:`RECIPES_TRIED`). :func:`refresh_readme` writes it again from a finished folder, which is
-what ``python -m sdaccel.toy.distill BASE OUT --readme-only`` does.
+what ``python -m sdaccel.tools.toys.distill BASE OUT --readme-only`` does.
 
 The trained base checkpoints' own READMEs (``checkpoints/tiny-shapes-*/README.md``) are written by
-hand; :mod:`sdaccel.toy.train` writes no card.
+hand; :mod:`sdaccel.tools.toys.train` writes no card.
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from pathlib import Path
 
 from sdaccel.core.checkpoint import read_json
 from sdaccel.core.staging import replace_text
-from sdaccel.toy.distill_config import TARGET_MODULES, WEIGHT_NAME, DistillConfig
-from sdaccel.toy.distill_eval import adherence_table
+from sdaccel.tools.toys.distill_config import TARGET_MODULES, WEIGHT_NAME, DistillConfig
+from sdaccel.tools.toys.distill_eval import adherence_table
 from sdaccel.toy.steps_report import format_table, pipeline_verdicts
 
 #: The card, filled in by :func:`readme_text`.
@@ -28,7 +28,7 @@ README = """# {name}
 An **LCM-LoRA** for [`{base}`](../{base}/README.md): a {kb:.0f} KB low-rank adapter (rank {rank},
 {params:,} parameters, diffusers LoRA layout) that makes the tiny shapes model draw in **4
 steps** what its own sampler needs 20 for. It was distilled from that model on a CPU in
-{minutes:.1f} minutes by `sdaccel.toy.distill`, the recipe of diffusers'
+{minutes:.1f} minutes by `sdaccel.tools.toys.distill`, the recipe of diffusers'
 `examples/consistency_distillation/train_lcm_distill_lora_sdxl.py` made small.
 
 ![held-out prompts: LCM-LoRA at 1, 2, 4, 8 steps, base model at {base_steps}](samples.png)
@@ -194,7 +194,7 @@ def steps_section(steps_result: dict | None, checkpoint: Path, dst: Path) -> str
 
 def remake_command(checkpoint: Path, dst: Path, config: DistillConfig) -> str:
     """The command line that remakes the adapter: every number that is not the default."""
-    command = f"nice -n 5 python -m sdaccel.toy.distill {checkpoint} {dst}"
+    command = f"nice -n 5 python -m sdaccel.tools.toys.distill {checkpoint} {dst}"
     defaults = DistillConfig()
     for field in dataclasses.fields(DistillConfig):
         value = getattr(config, field.name)

@@ -1,8 +1,8 @@
 """Pre-flight check: is this laptop or VM ready for the chosen notebooks?
 
-    python -m sdaccel.course.doctor                                   # the smoke profile, every notebook
-    python -m sdaccel.course.doctor --profile full --notebooks 01 04 --json doctor.json
-    python -m sdaccel.course.doctor --profile rehearsal                 # before `make rehearsal`
+    python -m sdaccel.tools.workshop.doctor                                   # the smoke profile, every notebook
+    python -m sdaccel.tools.workshop.doctor --profile full --notebooks 01 04 --json doctor.json
+    python -m sdaccel.tools.workshop.doctor --profile rehearsal                 # before `make rehearsal`
 
 It prints one row per check (``ok``, ``warn``, ``FAIL``, ``info``), writes them as JSON when asked,
 and exits with status 1 when a check fails: a blocker that stops a notebook. Warnings (an
@@ -36,7 +36,7 @@ from sdaccel.core.staging import free_bytes
 from sdaccel.course import resources
 from sdaccel.cpu import families
 
-REPO = Path(__file__).resolve().parents[3]
+REPO = Path(__file__).resolve().parents[4]
 GIB = 2**30
 
 #: Packages a notebook cannot run without, by track (more are pinned; these are the ones imported).
@@ -365,7 +365,7 @@ def check_hub(reachable: bool | None, error: str, token: bool, profile: str) -> 
             "hub",
             status,
             f"HF_HUB_OFFLINE is set: the hub is not asked; {token_text}",
-            "Unset HF_HUB_OFFLINE, or pre-download with `python -m sdaccel.course.download`.",
+            "Unset HF_HUB_OFFLINE, or pre-download with `python -m sdaccel.tools.workshop.download`.",
             {"reachable": None, "token": token},
         )
     if not reachable:
@@ -493,11 +493,11 @@ def check_models(
         return ok("models", f"cached: {', '.join(m.repo_id for m in models.values())}")
     shown = "; ".join(f"{models[n].repo_id} ({', '.join(m)})" for n, m in gaps.items())
     size = sum(models[n].download_gib for n in gaps)
-    fix = f"python -m sdaccel.course.download --models {' '.join(gaps)}   (about {size:.0f} GB)"
+    fix = f"python -m sdaccel.tools.workshop.download --models {' '.join(gaps)}   (about {size:.0f} GB)"
     if profile == "rehearsal":  # read offline from the stand-in: nothing would fetch them
         home = rehearsal_cache().parent.resolve()
         home = home.relative_to(REPO) if home.is_relative_to(REPO) else home
-        fix = f"make hub-cache   (python -m sdaccel.course.hub_cache {home})"
+        fix = f"make hub-cache   (python -m sdaccel.tools.workshop.hub_cache {home})"
         return Check("models", "fail", f"not in the hub stand-in: {shown}", fix, {"missing": gaps})
     if profile != "full":
         return Check("models", "info", f"not cached: {shown}", fix, {"missing": gaps})
@@ -525,7 +525,7 @@ def check_smoke_checkpoints(needed: list[str], repo: Path, tiny_root: Path, tiny
             "checkpoints",
             "warn",
             detail + f"; {', '.join(unbuilt)} not built yet (the runner builds them, a few seconds)",
-            f"python -m sdaccel.toy.random_checkpoints {tiny_root}",
+            f"python -m sdaccel.tools.toys.random_checkpoints {tiny_root}",
             {"unbuilt": unbuilt},
         )
     return ok("checkpoints", detail, tiny=tiny_needed)
@@ -539,7 +539,7 @@ def check_smoke_checkpoints(needed: list[str], repo: Path, tiny_root: Path, tiny
 def smoke_checkpoints(stems: list[str]) -> tuple[list[str], list[str]]:
     """The checkpoints the smoke profile of these notebooks reads (``sdaccel.course.run_profiles.SMOKE``):
     folders of this repository such as ``checkpoints/tiny-shapes-sdxl``, and the names of random
-    tiny ones that ``sdaccel.toy.random_checkpoints`` builds."""
+    tiny ones that ``sdaccel.tools.toys.random_checkpoints`` builds."""
     from sdaccel.course import run_profiles
 
     repo_dirs, tiny = set(), set()
@@ -554,7 +554,7 @@ def smoke_checkpoints(stems: list[str]) -> tuple[list[str], list[str]]:
 def run_checks(
     profile: str, notebooks: list[str] | None = None, requirements: Path | None = None
 ) -> list[Check]:
-    from sdaccel.course.run_notebooks import PROFILE_ENV
+    from sdaccel.tools.workshop.run_notebooks import PROFILE_ENV
 
     resources.check_profile(profile)
     chosen = resources.select(notebooks)

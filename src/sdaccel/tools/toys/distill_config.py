@@ -3,8 +3,8 @@ recorded in ``distill_log.json``), the layers it adapts (:data:`TARGET_MODULES`)
 file name (:data:`WEIGHT_NAME`). :func:`add_config_flags` and :func:`config_from_args` turn such a
 config dataclass into command-line flags and back (both distillations' commands use them).
 
-Its own module, below the training (:mod:`sdaccel.toy.distill`), the evaluation
-(:mod:`sdaccel.toy.distill_eval`) and the model card (:mod:`sdaccel.toy.model_card`), which all
+Its own module, below the training (:mod:`sdaccel.tools.toys.distill`), the evaluation
+(:mod:`sdaccel.tools.toys.distill_eval`) and the model card (:mod:`sdaccel.tools.toys.model_card`), which all
 read it; light: no torch here.
 """
 

@@ -1,8 +1,8 @@
 """Execute every notebook in order through papermill, with a named profile.
 
-    python -m sdaccel.course.run_notebooks --profile smoke          # tiny checkpoints, 8 simulated devices
-    python -m sdaccel.course.run_notebooks --profile full           # the notebooks' own defaults
-    python -m sdaccel.course.run_notebooks --profile smoke --only 01 --only 02
+    python -m sdaccel.tools.workshop.run_notebooks --profile smoke          # tiny checkpoints, 8 simulated devices
+    python -m sdaccel.tools.workshop.run_notebooks --profile full           # the notebooks' own defaults
+    python -m sdaccel.tools.workshop.run_notebooks --profile smoke --only 01 --only 02
 
 Profiles (``sdaccel.course.run_profiles``, the one place that defines them, also for ``make lab``):
 
@@ -525,7 +525,7 @@ GUARD = """
 import signal, sys
 signal.signal(signal.SIGINT, signal.SIG_IGN)
 from pathlib import Path
-from sdaccel.course.run_notebooks import guard_run
+from sdaccel.tools.workshop.run_notebooks import guard_run
 guard_run(Path(sys.argv[1]))
 """
 
@@ -1128,7 +1128,7 @@ def run_all(
     notebooks = select(discover(), only)
     checkpoints = build_dir / "checkpoints"
     if profile == "smoke":
-        from sdaccel.toy.random_checkpoints import ensure_tiny
+        from sdaccel.tools.toys.random_checkpoints import ensure_tiny
 
         for name in sorted(needed_tiny_checkpoints(notebooks)):
             ensure_tiny(checkpoints, name)

@@ -5,7 +5,7 @@ import dataclasses
 
 import pytest
 
-from sdaccel.toy.distill_config import (
+from sdaccel.tools.toys.distill_config import (
     TARGET_MODULES,
     WEIGHT_NAME,
     DistillConfig,

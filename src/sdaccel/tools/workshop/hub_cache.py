@@ -1,9 +1,9 @@
 """A local stand-in for the Hugging Face hub: every hub id the notebooks' defaults read, in a real
 hub cache, with random weights.
 
-    python -m sdaccel.course.hub_cache build/hf-home                 # real sizes: about 12 GB, a benchmark step
-    python -m sdaccel.course.hub_cache build/hf-home --scale tiny    # the same files, small configs (tests)
-    HF_HUB_OFFLINE=1 HF_HOME=build/hf-home python -m sdaccel.course.run_notebooks --profile rehearsal
+    python -m sdaccel.tools.workshop.hub_cache build/hf-home                 # real sizes: about 12 GB, a benchmark step
+    python -m sdaccel.tools.workshop.hub_cache build/hf-home --scale tiny    # the same files, small configs (tests)
+    HF_HUB_OFFLINE=1 HF_HOME=build/hf-home python -m sdaccel.tools.workshop.run_notebooks --profile rehearsal
 
 **The weights are random.** Every picture made from this cache is noise, and every adherence or
 CLIP score measured on it means nothing: use it to rehearse the code, the memory and the time of
@@ -20,7 +20,7 @@ the doctor's "models" check all find it, offline, through the code users run. Ea
 
 - the real architecture: every config from ``sdaccel/reference_configs`` (``--scale tiny``: the
   same classes and levels with small widths, :func:`tiny_configs`), built by
-  :func:`sdaccel.toy.random_checkpoints.build_random_checkpoint`;
+  :func:`sdaccel.tools.toys.random_checkpoints.build_random_checkpoint`;
 - the real file names: ``model_index.json`` as the hub's (SD 1.5's names its safety checker and
   feature extractor, whose configs are there and whose weights are not, as in a cache the
   downloader fills), ``scheduler/scheduler_config.json``, the tokenizer folders (the small CLIP
@@ -32,7 +32,7 @@ the doctor's "models" check all find it, offline, through the code users run. Ea
 - weights in the dtype of the real files: fp32 in the default files, fp16 in the ``fp16`` variant
   and the LoRAs. ``--weights read`` (the default) writes the files the notebooks read, the variant
   each model of :data:`sdaccel.course.resources.MODELS` names (SDXL's fp16 files, SD 1.5's fp32
-  ones), exactly as ``python -m sdaccel.course.download`` would fetch them: a loader that reaches
+  ones), exactly as ``python -m sdaccel.tools.workshop.download`` would fetch them: a loader that reaches
   for another file fails here as it would for a reader. ``--weights all`` writes both, as the hub
   repositories hold them (SDXL then takes 14 GB more).
 
@@ -59,7 +59,7 @@ from sdaccel.core.checkpoint import LORA_FILES, TINY_VAE_IDS
 from sdaccel.core.faults import fault_point
 from sdaccel.core.staging import disk_bytes, require_free_space, staged_folder
 from sdaccel.course import resources
-from sdaccel.toy import random_checkpoints
+from sdaccel.tools.toys import random_checkpoints
 
 SCALES = ("real", "tiny")
 WEIGHTS = ("read", "all")
@@ -190,7 +190,7 @@ def weight_files(stand_in: StandIn, weights: str) -> dict[str | None, str]:
 
 def write_pipeline(folder: Path, stand_in: StandIn, scale: str, weights: str) -> None:
     """A diffusers pipeline: the components of
-    :func:`~sdaccel.toy.random_checkpoints.build_random_checkpoint`, the hub's ``model_index.json``,
+    :func:`~sdaccel.tools.toys.random_checkpoints.build_random_checkpoint`, the hub's ``model_index.json``,
     and for SD 1.5 the configs of its safety checker and feature extractor."""
     import diffusers
 
@@ -222,12 +222,12 @@ def _write_safety_checker_configs(folder: Path) -> None:
 
 def lora_targets(architecture: str, scale: str) -> dict[str, tuple[tuple[int, ...], tuple[int, ...]]]:
     """Module name -> (down shape, up shape) of an LCM-LoRA of the UNet of ``architecture``: each
-    Linear and Conv2d that the LCM-LoRA script adapts (:data:`sdaccel.toy.distill_config.TARGET_MODULES`),
+    Linear and Conv2d that the LCM-LoRA script adapts (:data:`sdaccel.tools.toys.distill_config.TARGET_MODULES`),
     found on a UNet built on the ``meta`` device (no memory)."""
     import torch
     from diffusers import UNet2DConditionModel
 
-    from sdaccel.toy.distill_config import TARGET_MODULES
+    from sdaccel.tools.toys.distill_config import TARGET_MODULES
 
     rank = LORA_RANK[scale]
     with torch.device("meta"):

@@ -1,13 +1,13 @@
 """Distil a tiny autoencoder (TAESD's architecture, diffusers' ``AutoencoderTiny``) for a trained tiny
 shapes checkpoint, on a CPU, in minutes.
 
-    python -m sdaccel.toy.distill_taesd checkpoints/tiny-shapes-sdxl checkpoints/tiny-shapes-sdxl-taesd \\
+    python -m sdaccel.tools.toys.distill_taesd checkpoints/tiny-shapes-sdxl checkpoints/tiny-shapes-sdxl-taesd \\
         --lora checkpoints/tiny-shapes-sdxl-lcm-lora
 
 TAESD (``madebyollin/taesd``, ``madebyollin/taesdxl``) is a small convolutional decoder trained to
 map a model's latents to the images its VAE decodes from them, with no normalisation or attention
 (:mod:`sdaccel.tpu.models.taesd` draws it). This module makes one for a trained tiny shapes checkpoint
-(:mod:`sdaccel.toy.train`), so that notebook 07's smoke run decodes with a trained tiny autoencoder
+(:mod:`sdaccel.tools.toys.train`), so that notebook 07's smoke run decodes with a trained tiny autoencoder
 that is smaller and faster than the toy's VAE decoder, as TAESD is than Stable Diffusion's:
 
 * **latents**: the checkpoint's own training images (the number, seed and size in its
@@ -17,7 +17,7 @@ that is smaller and faster than the toy's VAE decoder, as TAESD is than Stable D
   the scaling factor of the autoencoder they decode with);
 * **decoder**: trained to reproduce the VAE's decode of each latent (clamped to [-1, 1]): the
   student learns the VAE, not the data set. Loss: squared plus absolute error per pixel, weighted
-  up on the shape and more on its outline (:func:`sdaccel.toy.train.pixel_weights`, as the VAE was
+  up on the shape and more on its outline (:func:`sdaccel.tools.toys.train.pixel_weights`, as the VAE was
   trained), since the outline is what tells a circle from a square;
 * **encoder**: trained too, to the VAE's posterior mean (scaled), with a squared error: the folder
   is a whole ``AutoencoderTiny``, whose ``encode`` gives the latents the checkpoint's VAE would;
@@ -36,7 +36,7 @@ Beside it: ``taesd_log.json`` (config, loss curves, times, CPU, evaluation), ``s
 held-out data-set images through the VAE's encoder, and held-out prompts through diffusers'
 pipeline (the base sampler, and with ``--lora`` the LCM-LoRA at 4 steps), then PSNR and SSIM against
 the VAE's images and the adherence of each. The run is seeded and runs on one torch thread by
-default (:mod:`sdaccel.toy.train` says why); ``--minutes`` caps the training loop.
+default (:mod:`sdaccel.tools.toys.train` says why); ``--minutes`` caps the training loop.
 """
 
 from __future__ import annotations
@@ -56,9 +56,9 @@ from sdaccel.core.env import cpu_model
 from sdaccel.core.faults import fault_point
 from sdaccel.core.staging import replace_json, replace_text, staged_folder
 from sdaccel.core.tables import markdown_table
+from sdaccel.tools.toys.distill_config import add_config_flags, config_from_args
+from sdaccel.tools.toys.distill_eval import plot_samples
 from sdaccel.toy import dataset
-from sdaccel.toy.distill_config import add_config_flags, config_from_args
-from sdaccel.toy.distill_eval import plot_samples
 
 #: What the folder holds beside the weights and config diffusers writes.
 LOG_NAME = "taesd_log.json"
@@ -183,12 +183,12 @@ def decode_with_vae(vae, latents, batch: int = 256):
 
 
 def training_data(folder: Path, vae, config: TaesdConfig) -> dict:
-    """The checkpoint's training images (as :mod:`sdaccel.toy.train` drew them), one latent per
+    """The checkpoint's training images (as :mod:`sdaccel.tools.toys.train` drew them), one latent per
     image (a seeded draw of the VAE's posterior, scaled), the VAE's decode of it, the scaled
     posterior mean (the encoder's target) and the per-pixel loss weights."""
     import torch
 
-    from sdaccel.toy.train import TrainConfig, encode_images, pixel_weights
+    from sdaccel.tools.toys.train import TrainConfig, encode_images, pixel_weights
 
     log_file = folder / "training_log.json"
     trained = read_json(log_file)["config"] if log_file.is_file() else {}
@@ -222,7 +222,7 @@ def train(model, data: dict, config: TaesdConfig, log: dict, progress: bool = Tr
     import torch
     from tqdm.auto import tqdm
 
-    from sdaccel.toy.train import warmup_cosine
+    from sdaccel.tools.toys.train import warmup_cosine
 
     optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=0.0)
     schedule = warmup_cosine(optimizer, config.warmup_steps, config.steps)
@@ -339,7 +339,7 @@ def evaluate(checkpoint: Path, vae, model, config: TaesdConfig, lora: Path | Non
     """Fill ``log["evaluation"]``: a row per kind of latents (held-out data-set images through the
     VAE's encoder; held-out prompts through the base sampler, and through the LCM-LoRA when
     ``lora`` is given), and the decode time of both decoders. Returns the images of the last row."""
-    from sdaccel.toy.train import encode_images
+    from sdaccel.tools.toys.train import encode_images
 
     n = config.eval_prompts
     images, captions = dataset.make_dataset(n, config.seed + 1, int(log["data"]["size"]), split="heldout")
@@ -395,7 +395,7 @@ A **tiny autoencoder** for [`{base}`](../{base}/README.md), in TAESD's architect
 `AutoencoderTiny`): it decodes that model's latents to nearly the images its VAE decodes, with a
 decoder of {decoder_params:,} parameters against the VAE decoder's {vae_params:,} ({ratio:.1f}x
 smaller; TAESD's is about 40x smaller than Stable Diffusion's). It was distilled from that VAE on a
-CPU in {minutes:.1f} minutes by `sdaccel.toy.distill_taesd`{used_by}.
+CPU in {minutes:.1f} minutes by `sdaccel.tools.toys.distill_taesd`{used_by}.
 
 ![held-out prompts: the VAE's decode above the tiny autoencoder's, from the same latents](samples.png)
 
@@ -507,7 +507,7 @@ def remake_command(checkpoint: Path, dst: Path, config: TaesdConfig, lora: Path 
     ]
     if lora is not None:
         flags.insert(0, f"--lora {lora}")
-    return " ".join(["python -m sdaccel.toy.distill_taesd", str(checkpoint), str(dst), *flags])
+    return " ".join(["python -m sdaccel.tools.toys.distill_taesd", str(checkpoint), str(dst), *flags])
 
 
 def readme_text(dst: Path, log: dict) -> str:

@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 
 from sdaccel.core.lora_files import read_lora
-from sdaccel.toy import distill
-from sdaccel.toy.distill_config import TARGET_MODULES, WEIGHT_NAME, DistillConfig
+from sdaccel.tools.toys import distill
+from sdaccel.tools.toys.distill_config import TARGET_MODULES, WEIGHT_NAME, DistillConfig
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 BASE = REPO / "checkpoints" / "tiny-shapes-sdxl"
 SHIPPED = REPO / "checkpoints" / "tiny-shapes-sdxl-lcm-lora"
 
@@ -152,7 +152,7 @@ def test_shipped_adapter_folder():
     assert log["checkpoint"].endswith("tiny-shapes-sdxl") and log["wall_s"]["train"] < 30 * 60
     readme = (SHIPPED / "README.md").read_text()
     assert (
-        "python -m sdaccel.toy.distill checkpoints/tiny-shapes-sdxl checkpoints/tiny-shapes-sdxl-lcm-lora"
+        "python -m sdaccel.tools.toys.distill checkpoints/tiny-shapes-sdxl checkpoints/tiny-shapes-sdxl-lcm-lora"
         in readme
     )
     rows = {(r["lora"], r["steps"]): r for r in log["adherence"]["rows"]}

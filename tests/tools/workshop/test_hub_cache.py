@@ -1,4 +1,4 @@
-"""sdaccel.course.hub_cache: the tiny-scale stand-in for the hub, read offline through the code users
+"""sdaccel.tools.workshop.hub_cache: the tiny-scale stand-in for the hub, read offline through the code users
 run (resolve_checkpoint, snapshot_download, scan_cache_dir, the downloader's plan, the doctor)."""
 
 from __future__ import annotations
@@ -13,7 +13,8 @@ from types import SimpleNamespace
 import pytest
 
 from sdaccel.core.checkpoint import shown_path
-from sdaccel.course import doctor, download, hub_cache, resources
+from sdaccel.course import resources
+from sdaccel.tools.workshop import doctor, download, hub_cache
 
 #: What a reader's kernel runs, offline, against the stand-in (a child Python: huggingface_hub
 #: reads HF_HOME and HF_HUB_OFFLINE when it is imported).
@@ -57,7 +58,7 @@ print(json.dumps(found))
 
 def build(hf_home: Path, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "sdaccel.course.hub_cache", str(hf_home), "--scale", "tiny", *args],
+        [sys.executable, "-m", "sdaccel.tools.workshop.hub_cache", str(hf_home), "--scale", "tiny", *args],
         capture_output=True,
         text=True,
         timeout=900,
@@ -176,7 +177,7 @@ def test_the_doctors_rehearsal_reads_the_stand_in_and_names_its_fix(hf_home, tmp
     monkeypatch.setitem(run_profiles.KERNEL_ENV["rehearsal"], "HF_HOME", str(tmp_path / "empty"))
     models = {c.name: c for c in doctor.run_checks("rehearsal", ["04"])}["models"]
     assert models.status == "fail" and models.detail.startswith("not in the hub stand-in: ")
-    assert models.fix.startswith("make hub-cache   (python -m sdaccel.course.hub_cache ")
+    assert models.fix.startswith("make hub-cache   (python -m sdaccel.tools.workshop.hub_cache ")
 
 
 def test_the_downloader_finds_nothing_left_to_fetch(hf_home):

@@ -24,8 +24,8 @@ from urllib.parse import unquote, urlsplit
 
 import pytest
 
-from sdaccel.course import docs_site
-from sdaccel.course.run_notebooks import REPO, discover
+from sdaccel.tools.workshop import docs_site
+from sdaccel.tools.workshop.run_notebooks import REPO, discover
 
 NOTEBOOKS = discover()
 OWN_BUILD = REPO / "build" / "site-test"

@@ -9,9 +9,10 @@ import numpy as np
 import pytest
 
 from sdaccel.core import faults
-from sdaccel.toy import dataset, train
+from sdaccel.tools.toys import train
+from sdaccel.toy import dataset
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 CHECKPOINTS = REPO / "checkpoints"
 
 #: Adherence (colour and shape right) of the committed checkpoints on the prompts of

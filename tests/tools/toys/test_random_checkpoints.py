@@ -65,7 +65,7 @@ def test_diffusers_runs_them(name, request):
 
 
 def test_rebuild_is_deterministic(tmp_path, tiny_sd15):
-    from sdaccel.toy.random_checkpoints import build_tiny_sd15
+    from sdaccel.tools.toys.random_checkpoints import build_tiny_sd15
 
     again = build_tiny_sd15(tmp_path / "again")
     a = (tiny_sd15 / "unet" / "diffusion_pytorch_model.safetensors").read_bytes()
@@ -74,12 +74,12 @@ def test_rebuild_is_deterministic(tmp_path, tiny_sd15):
 
 
 def test_cli(tmp_path, capsys):
-    from sdaccel.toy.random_checkpoints import main
+    from sdaccel.tools.toys.random_checkpoints import main
 
     main([str(tmp_path), "--only", "tiny-sd15"])
     assert (tmp_path / "tiny-sd15" / "model_index.json").is_file()
     assert "tiny-sd15" in capsys.readouterr().out
     with pytest.raises(ValueError, match="Unknown tiny checkpoint"):
-        from sdaccel.toy.random_checkpoints import ensure_tiny
+        from sdaccel.tools.toys.random_checkpoints import ensure_tiny
 
         ensure_tiny(tmp_path, "tiny-sd3")

@@ -2,8 +2,8 @@
 diffusers reads the adapter file): held-out adherence of the base model and of the adapter at a
 few steps, its Markdown table and a grid of samples.
 
-:func:`sdaccel.toy.distill.run` calls :func:`evaluate` after training; the rows go into
-``distill_log.json`` and the model card (:mod:`sdaccel.toy.model_card`).
+:func:`sdaccel.tools.toys.distill.run` calls :func:`evaluate` after training; the rows go into
+``distill_log.json`` and the model card (:mod:`sdaccel.tools.toys.model_card`).
 """
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ from pathlib import Path
 
 from sdaccel.core.checkpoint import read_config
 from sdaccel.core.tables import markdown_table
+from sdaccel.tools.toys.distill_config import DistillConfig
 from sdaccel.toy import dataset
 from sdaccel.toy.comparison import paired_latents, uint8_images
-from sdaccel.toy.distill_config import DistillConfig
 
 
 def diffusers_images(pipe, prompts, latents, steps: int, guidance_scale: float, batch: int = 32):

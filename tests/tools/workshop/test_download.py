@@ -7,7 +7,8 @@ from types import SimpleNamespace
 import pytest
 
 from sdaccel.core.checkpoint import allow_patterns
-from sdaccel.course import download, resources
+from sdaccel.course import resources
+from sdaccel.tools.workshop import download
 
 MB = 2**20
 

@@ -1,7 +1,7 @@
 """Build the documentation site from the executed smoke notebooks.
 
-    python -m sdaccel.course.docs_site                              # from build/smoke (what `make run` writes)
-    python -m sdaccel.course.docs_site --from build/test/smoke      # from the test suite's executed copies
+    python -m sdaccel.tools.workshop.docs_site                              # from build/smoke (what `make run` writes)
+    python -m sdaccel.tools.workshop.docs_site --from build/test/smoke      # from the test suite's executed copies
 
 The site is Sphinx with myst-nb (configured in ``docs/conf.py``). Its sources are staged into
 ``<out>/src`` in the repository's own layout: the README as the landing page (``index.md``),
@@ -25,7 +25,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from sdaccel.course.run_notebooks import REPO, discover
+from sdaccel.tools.workshop.run_notebooks import REPO, discover
 
 #: Pages of docs/ in the site's navigation, in order.
 GUIDE = ["docs/workshop.md", "docs/troubleshooting.md"]

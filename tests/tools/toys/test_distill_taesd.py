@@ -14,10 +14,10 @@ import pytest
 
 from sdaccel.core.checkpoint import resolve_tiny_vae
 from sdaccel.core.faults import FAULT_ENV
-from sdaccel.toy import distill_taesd
-from sdaccel.toy.distill_taesd import LOG_NAME, WEIGHTS, TaesdConfig
+from sdaccel.tools.toys import distill_taesd
+from sdaccel.tools.toys.distill_taesd import LOG_NAME, WEIGHTS, TaesdConfig
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 BASE = REPO / "checkpoints" / "tiny-shapes-sdxl"
 SHIPPED = REPO / "checkpoints" / "tiny-shapes-sdxl-taesd"
 
@@ -141,7 +141,7 @@ def test_bad_settings_are_refused_before_anything_is_written(tmp_path, change, m
 
 def test_a_run_killed_while_writing_leaves_no_half_folder(tmp_path):
     out = tmp_path / "tiny"
-    command = [sys.executable, "-m", "sdaccel.toy.distill_taesd", str(BASE), str(out)]
+    command = [sys.executable, "-m", "sdaccel.tools.toys.distill_taesd", str(BASE), str(out)]
     command += ["--steps", "2", "--batch", "4", "--train-images", "16", "--no-eval"]
     env = {**os.environ, FAULT_ENV: "distill_taesd.weights-saved:kill"}
     killed = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
@@ -173,7 +173,7 @@ def test_the_shipped_folder_is_small_loads_and_says_what_was_measured():
     assert log["decoder_parameters"]["TAESD"] * 4 < log["decoder_parameters"]["VAE"]
     readme = (SHIPPED / "README.md").read_text()
     assert (
-        "python -m sdaccel.toy.distill_taesd checkpoints/tiny-shapes-sdxl checkpoints/tiny-shapes-sdxl-taesd"
+        "python -m sdaccel.tools.toys.distill_taesd checkpoints/tiny-shapes-sdxl checkpoints/tiny-shapes-sdxl-taesd"
         in readme
     )
     rows = {r["latents"]: r for r in log["evaluation"]["rows"]}

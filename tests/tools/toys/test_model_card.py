@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from sdaccel.toy import model_card
-from sdaccel.toy.distill_config import WEIGHT_NAME, DistillConfig
+from sdaccel.tools.toys import model_card
+from sdaccel.tools.toys.distill_config import WEIGHT_NAME, DistillConfig
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 SHIPPED = Path("checkpoints") / "tiny-shapes-sdxl-lcm-lora"
 SWEEP = REPO / "benchmarks" / "results" / "steps_adherence_tiny-shapes-sdxl.json"
 
@@ -37,7 +37,7 @@ def test_the_committed_card_is_the_template_output():
     assert without_versions(text) == without_versions(committed)
     assert "Recipes tried and not kept" in text  # the shipped adapter's history
     assert (
-        "python -m sdaccel.toy.distill checkpoints/tiny-shapes-sdxl checkpoints/tiny-shapes-sdxl-lcm-lora"
+        "python -m sdaccel.tools.toys.distill checkpoints/tiny-shapes-sdxl checkpoints/tiny-shapes-sdxl-lcm-lora"
         in text
     )
 
@@ -58,7 +58,7 @@ def test_refresh_readme_writes_the_card_again_from_the_log(tmp_path):
 def test_the_command_names_only_the_changed_numbers():
     config = DistillConfig(w_min=4.0, w_max=6.0, ema_decay=0.95, eval_steps=(4,))
     assert model_card.remake_command(Path("base"), Path("out"), config) == (
-        "nice -n 5 python -m sdaccel.toy.distill base out --w-min 4.0 --w-max 6.0 --ema-decay 0.95"
+        "nice -n 5 python -m sdaccel.tools.toys.distill base out --w-min 4.0 --w-max 6.0 --ema-decay 0.95"
     )
 
 

@@ -7,9 +7,16 @@ import nbformat
 import pytest
 
 from sdaccel.core import env
-from sdaccel.course import run_notebooks, run_profiles
-from sdaccel.course.run_notebooks import NotebookFailed, execute, fresh_output_dir, profile_parameters, select
+from sdaccel.course import run_profiles
 from sdaccel.cpu.families import isa_tier
+from sdaccel.tools.workshop import run_notebooks
+from sdaccel.tools.workshop.run_notebooks import (
+    NotebookFailed,
+    execute,
+    fresh_output_dir,
+    profile_parameters,
+    select,
+)
 
 
 @pytest.fixture(autouse=True)
@@ -39,7 +46,7 @@ def test_unknown_profile_is_refused(tmp_path):
 
 
 def test_smoke_parameters_fill_the_checkpoint_folder(tmp_path, smoke_settings_of_test_notebooks):
-    from sdaccel.course.run_notebooks import REPO
+    from sdaccel.tools.workshop.run_notebooks import REPO
 
     smoke = {"MODEL_ID": "{checkpoints}/tiny-sdxl", "STEPS": 2, "OTHER": "{repo}/checkpoints/x"}
     smoke_settings_of_test_notebooks["01_x"] = smoke

@@ -10,8 +10,9 @@ from types import SimpleNamespace
 import pytest
 
 from sdaccel.core import env
-from sdaccel.course import doctor, resources
-from sdaccel.course.run_notebooks import REPO
+from sdaccel.course import resources
+from sdaccel.tools.workshop import doctor
+from sdaccel.tools.workshop.run_notebooks import REPO
 
 GIB = 2**30
 
@@ -224,13 +225,15 @@ def test_models_cached_one_variant_per_component(tmp_path):
     assert doctor.missing_from_cache(sdxl, files) == ["unet"]
     models = {"sdxl": sdxl}
     gap = doctor.check_models(models, {sdxl.repo_id: files}, hub_ok=False, profile="full")
-    assert gap.status == "fail" and gap.fix.startswith("python -m sdaccel.course.download --models sdxl")
+    assert gap.status == "fail" and gap.fix.startswith(
+        "python -m sdaccel.tools.workshop.download --models sdxl"
+    )
     assert doctor.check_models(models, {sdxl.repo_id: files}, hub_ok=True, profile="full").status == "warn"
     assert doctor.check_models(models, {sdxl.repo_id: files}, hub_ok=False, profile="smoke").status == "info"
     # the rehearsal reads the hub stand-in offline: a gap there stops it, and the stand-in's builder fixes it
     gap = doctor.check_models(models, {sdxl.repo_id: files}, hub_ok=True, profile="rehearsal")
     assert gap.status == "fail" and gap.fix.startswith("make hub-cache")
-    assert "sdaccel.course.download" not in gap.fix
+    assert "sdaccel.tools.workshop.download" not in gap.fix
 
 
 def test_the_rehearsal_needs_what_the_full_profile_needs():
@@ -273,7 +276,7 @@ def test_smoke_checkpoints(tmp_path):
     missing = doctor.check_smoke_checkpoints(["checkpoints/a", "checkpoints/z"], tmp_path, tmp_path / "b", [])
     assert missing.status == "fail" and missing.data["missing"] == ["checkpoints/z"]
     unbuilt = doctor.check_smoke_checkpoints(["checkpoints/a"], tmp_path, tmp_path / "b", ["tiny-sdxl"])
-    assert unbuilt.status == "warn" and "python -m sdaccel.toy.random_checkpoints" in unbuilt.fix
+    assert unbuilt.status == "warn" and "python -m sdaccel.tools.toys.random_checkpoints" in unbuilt.fix
     # the notebooks name the trained checkpoints in their smoke overrides
     repo_dirs, _ = doctor.smoke_checkpoints(["00_environment_and_devices"])
     assert repo_dirs == ["checkpoints/tiny-shapes-sdxl"]
@@ -303,7 +306,7 @@ def test_smoke_profile_passes_here_and_names_what_full_lacks(tmp_path):
         [
             sys.executable,
             "-m",
-            "sdaccel.course.doctor",
+            "sdaccel.tools.workshop.doctor",
             "--profile",
             "smoke",
             "--notebooks",

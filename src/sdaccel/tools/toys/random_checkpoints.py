@@ -1,6 +1,6 @@
 """Tiny random-weight checkpoints in the exact diffusers folder layout.
 
-    python -m sdaccel.toy.random_checkpoints build/checkpoints            # writes tiny-sdxl/ and tiny-sd15/
+    python -m sdaccel.tools.toys.random_checkpoints build/checkpoints            # writes tiny-sdxl/ and tiny-sd15/
 
 No machine of this project reaches the model hub, so the tests and the smoke runs of the
 notebooks load these folders instead of ``stabilityai/stable-diffusion-xl-base-1.0``. They are
@@ -300,7 +300,7 @@ def build_random_checkpoint(
     ``sdaccel.tpu.pipeline.JaxPipeline`` load like the published checkpoint: every component from the
     reference configs (``sdaccel/reference_configs``), the text encoders of the class their
     ``architectures`` names (SDXL's second is ``CLIPTextModelWithProjection``), the scheduler of
-    the class its config names, and one CLIP tokenizer per encoder, written by ``sdaccel.toy.random_checkpoints``
+    the class its config names, and one CLIP tokenizer per encoder, written by ``sdaccel.tools.toys.random_checkpoints``
     with the pad token of ``tokenizers.json`` (time and memory do not depend on the vocabulary).
 
     ``weight_dtype="fp16"`` stores the weights in float16: half the disk (SDXL: about 6.9 GB instead
@@ -375,7 +375,7 @@ def _build_reference(tmp: Path, name: str, seed: int, components: dict, config, 
 
 
 def write_random_tokenizer(folder: Path, pad_token: str, model_max_length: int) -> None:
-    """A CLIP tokenizer with ``sdaccel.toy.random_checkpoints``'s small vocabulary, saved as transformers saves it."""
+    """A CLIP tokenizer with ``sdaccel.tools.toys.random_checkpoints``'s small vocabulary, saved as transformers saves it."""
     from transformers import CLIPTokenizer
 
     write_clip_tokenizer_files(folder)

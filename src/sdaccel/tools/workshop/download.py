@@ -1,8 +1,8 @@
 """Download, before the workshop, exactly the hub files the chosen notebooks read.
 
-    python -m sdaccel.course.download                          # every notebook's models
-    python -m sdaccel.course.download --notebooks 04 05        # only what the CPU notebooks read
-    python -m sdaccel.course.download --models sdxl --dest /mnt/usb/hf-cache
+    python -m sdaccel.tools.workshop.download                          # every notebook's models
+    python -m sdaccel.tools.workshop.download --notebooks 04 05        # only what the CPU notebooks read
+    python -m sdaccel.tools.workshop.download --models sdxl --dest /mnt/usb/hf-cache
 
 The files are chosen by the loaders' own patterns (:func:`sdaccel.core.checkpoint.allow_patterns`,
 through the table in :mod:`sdaccel.course.resources`): one weight variant, no duplicates. Before

@@ -1,7 +1,7 @@
 """Distill a trained tiny shapes checkpoint into a few-step LCM-LoRA, on a CPU, in minutes.
 
-    python -m sdaccel.toy.distill checkpoints/tiny-shapes-sdxl checkpoints/tiny-shapes-sdxl-lcm-lora
-    python -m sdaccel.toy.distill checkpoints/tiny-shapes-sd15 checkpoints/tiny-shapes-sd15-lcm-lora
+    python -m sdaccel.tools.toys.distill checkpoints/tiny-shapes-sdxl checkpoints/tiny-shapes-sdxl-lcm-lora
+    python -m sdaccel.tools.toys.distill checkpoints/tiny-shapes-sd15 checkpoints/tiny-shapes-sd15-lcm-lora
 
 A latent consistency model (LCM) maps any point of a sampling trajectory straight to its end, so
 that 2-8 steps do what 20-50 did. LCM-LoRA learns that map as a low-rank adapter on top of the
@@ -21,10 +21,10 @@ train_lcm_distill_lora_sdxl.py`` does for SDXL; this module follows the same rec
 * **consistency loss**: the student's estimate of the clean latent at ``t_n`` (with the boundary
   scalings ``c_skip``/``c_out`` at ``timestep_scaling`` 10, which make it the identity at t = 0)
   must match the target's estimate at ``t_n - 20`` from the teacher's step; pseudo-Huber loss.
-* **data**: the training images and captions of :func:`sdaccel.toy.train.train` (never the
+* **data**: the training images and captions of :func:`sdaccel.tools.toys.train.train` (never the
   held-out combinations), through the checkpoint's own VAE and text encoders, conditioned exactly
-  as :mod:`sdaccel.toy.train` trained (:func:`~sdaccel.toy.train.encode_prompts`,
-  :func:`~sdaccel.toy.train.sdxl_time_ids`; zeros as the SDXL unconditional input, the encoded
+  as :mod:`sdaccel.tools.toys.train` trained (:func:`~sdaccel.tools.toys.train.encode_prompts`,
+  :func:`~sdaccel.tools.toys.train.sdxl_time_ids`; zeros as the SDXL unconditional input, the encoded
   empty prompt for SD 1.x).
 
 The adapter is written in the diffusers LoRA layout (``pytorch_lora_weights.safetensors``, keys
@@ -32,12 +32,12 @@ The adapter is written in the diffusers LoRA layout (``pytorch_lora_weights.safe
 ``load_lora_weights``, :func:`sdaccel.core.lora_files.read_lora` / ``JaxPipeline.fuse_lora`` and
 ``export_pipeline(..., lora=...)`` read. Beside it: ``distill_log.json`` (config, loss curve,
 times, CPU, adherence), ``samples.png`` and a ``README.md``. The run is seeded and runs on one
-torch thread by default (see :mod:`sdaccel.toy.train` for why); ``--minutes`` caps the wall time
+torch thread by default (see :mod:`sdaccel.tools.toys.train` for why); ``--minutes`` caps the wall time
 (the run stops early, and says so, when the cap comes before ``--steps``).
 
 This module trains and is the command line. The knobs are
-:class:`~sdaccel.toy.distill_config.DistillConfig`, the evaluation is :mod:`sdaccel.toy.distill_eval`
-and the README :mod:`sdaccel.toy.model_card`.
+:class:`~sdaccel.tools.toys.distill_config.DistillConfig`, the evaluation is :mod:`sdaccel.tools.toys.distill_eval`
+and the README :mod:`sdaccel.tools.toys.model_card`.
 """
 
 from __future__ import annotations
@@ -54,16 +54,16 @@ import numpy as np
 from sdaccel.core.checkpoint import read_json
 from sdaccel.core.env import cpu_model
 from sdaccel.core.staging import staged_folder
-from sdaccel.toy import dataset
-from sdaccel.toy.distill_config import (
+from sdaccel.tools.toys.distill_config import (
     TARGET_MODULES,
     WEIGHT_NAME,
     DistillConfig,
     add_config_flags,
     config_from_args,
 )
-from sdaccel.toy.distill_eval import adherence_table, evaluate, plot_samples
-from sdaccel.toy.model_card import refresh_readme, write_readme
+from sdaccel.tools.toys.distill_eval import adherence_table, evaluate, plot_samples
+from sdaccel.tools.toys.model_card import refresh_readme, write_readme
+from sdaccel.toy import dataset
 
 PIPELINE_LAYOUTS = {"StableDiffusionXLPipeline": "sdxl", "StableDiffusionPipeline": "sd15"}
 
@@ -153,12 +153,12 @@ def load_models(folder: Path, layout: str):
 
 
 def training_data(folder: Path, layout: str, tokenizers, encoders, vae, limit: int = 0):
-    """The base model's training set, as :mod:`sdaccel.toy.train` made it (its ``training_log.json``
+    """The base model's training set, as :mod:`sdaccel.tools.toys.train` made it (its ``training_log.json``
     config: number of images, seed, size): scaled posterior (mean, std), per-image text
     conditioning and the unconditional pair."""
     import torch
 
-    from sdaccel.toy.train import TrainConfig, encode_images, encode_prompts
+    from sdaccel.tools.toys.train import TrainConfig, encode_images, encode_prompts
 
     # 1. The images and captions, drawn as the base model's training drew them
     log_file = folder / "training_log.json"
@@ -310,7 +310,7 @@ def distill(unet, teacher, data: dict, config: DistillConfig, log: dict, progres
     import torch
     from tqdm.auto import tqdm
 
-    from sdaccel.toy.train import build_scheduler, sdxl_time_ids, warmup_cosine
+    from sdaccel.tools.toys.train import build_scheduler, sdxl_time_ids, warmup_cosine
 
     # 1. The solver, the trainable LoRA weights (and their average), the optimizer
     layout = "sdxl" if data["pooled"] is not None else "sd15"

@@ -1,9 +1,9 @@
 """Train a tiny SDXL-architecture text-to-image model on coloured shapes, on a CPU, in minutes.
 
-    python -m sdaccel.toy.train checkpoints/tiny-shapes-sdxl
-    python -m sdaccel.toy.train checkpoints/tiny-shapes-sd15 --layout sd15    # SD 1.x sibling
+    python -m sdaccel.tools.toys.train checkpoints/tiny-shapes-sdxl
+    python -m sdaccel.tools.toys.train checkpoints/tiny-shapes-sd15 --layout sd15    # SD 1.x sibling
 
-The random-weight checkpoints of :mod:`sdaccel.toy.random_checkpoints` exercise every code path but draw noise, so
+The random-weight checkpoints of :mod:`sdaccel.tools.toys.random_checkpoints` exercise every code path but draw noise, so
 nothing can say whether an optimisation kept the *pictures* right. This script makes the smallest
 real model that draws what a prompt asks for: the procedural data set of :mod:`sdaccel.toy.dataset`
 ("a red circle on a blue background, top left"), 32x32 pixels, learned by the same recipe and
@@ -62,8 +62,7 @@ import numpy as np
 
 from sdaccel.core import staging
 from sdaccel.core.faults import fault_point
-from sdaccel.toy import dataset
-from sdaccel.toy.random_checkpoints import (
+from sdaccel.tools.toys.random_checkpoints import (
     SD15_COMPONENTS,
     SD_NOISE_SCHEDULE,
     SDXL_COMPONENTS,
@@ -71,6 +70,7 @@ from sdaccel.toy.random_checkpoints import (
     clip_text_encoder,
     write_model_index,
 )
+from sdaccel.toy import dataset
 
 #: Words that become single tokens: every word of the shapes captions, plus a few common ones.
 WORDS: tuple[str, ...] = tuple(
@@ -312,7 +312,7 @@ def pixel_weights(images: np.ndarray, shape_weight: float, edge_weight: float):
 
 
 def warmup_cosine(optimizer, warmup: int, total: int):
-    """The learning-rate schedule of both trainings (and of :mod:`sdaccel.toy.distill`): a cosine
+    """The learning-rate schedule of both trainings (and of :mod:`sdaccel.tools.toys.distill`): a cosine
     from 1 at the first step to 0 at ``total``, times a linear ramp over the first ``warmup`` steps."""
     import torch
 

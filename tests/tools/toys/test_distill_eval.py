@@ -5,7 +5,7 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from sdaccel.toy import distill_eval
+from sdaccel.tools.toys import distill_eval
 
 ROWS = [
     {
