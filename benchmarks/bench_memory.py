@@ -5,7 +5,7 @@
     python benchmarks/bench_memory.py path/to/diffusers-checkpoint --steps 2 --calib-samples 4
 
 Every step runs in its own child process (``sdaccel.core.processes.run_with_memory_limit``,
-through ``sdaccel.cpu.benchmark.run_child``), one after the other, so each peak is that step's
+through ``sdaccel.tools.measure.children.run_child``), one after the other, so each peak is that step's
 alone, measured as the notebooks run it:
 
 =================== ======== =============================================================================
@@ -18,8 +18,8 @@ step                notebook what the child does
 ``generate``        04       load, compile and generate one image at the model's native size (``--steps``;
                              the peak does not depend on the number of steps)
 ``calibrate``       05       the f32 pipeline collects ``--calib-samples`` UNet inputs
-                             (``quantize.collect_unet_inputs``, written to disk as they come)
-``quantize_*``      05       ``quantize.quantize_ir`` of the f32-weight UNet: INT8 weights only, hybrid, full
+                             (``collect_unet_inputs``, written to disk as they come)
+``quantize_*``      05       ``quantize_parts.quantize_ir`` of the f32-weight UNet: INT8 weights only, hybrid, full
                              (SmoothQuant 0.95 and fast bias correction, notebook 05's defaults)
 =================== ======== =============================================================================
 
@@ -44,7 +44,8 @@ import sys
 from pathlib import Path
 
 from sdaccel.core.staging import disk_bytes
-from sdaccel.cpu.benchmark import machine_info, run_child, summarize_run
+from sdaccel.cpu.machine import machine_info
+from sdaccel.tools.measure.children import run_child, summarize_run
 from sdaccel.tools.toys.random_checkpoints import REFERENCE_ARCHITECTURES, build_random_checkpoint
 
 #: Real architectures with random weights: ``--checkpoint`` key -> ``sdaccel/reference_configs`` folder.
@@ -89,12 +90,12 @@ def generate(folder: str, steps: int) -> dict:
 
 
 def calibrate(folder: str, out_dir: str, samples: int, steps: int) -> dict:
-    from sdaccel.cpu import quantize
+    from sdaccel.cpu.calibration import collect_unet_inputs, read_prompts
     from sdaccel.cpu.pipeline import OVPipeline
 
     pipe = OVPipeline.from_pretrained(folder, precision="f32")  # as notebook 05 collects them
-    prompts = quantize.read_prompts()[: math.ceil(samples / steps)]
-    kept = quantize.collect_unet_inputs(
+    prompts = read_prompts()[: math.ceil(samples / steps)]
+    kept = collect_unet_inputs(
         pipe, prompts, steps=steps, num_samples=samples, out_dir=out_dir, progress=False
     )
     return {"samples": len(kept), "unet_calls": len(prompts) * steps}
@@ -148,7 +149,7 @@ def measure(args) -> dict:
     says whether all steps ran), so a run stopped half-way keeps what it measured."""
     from sdaccel.core.staging import replace_json
     from sdaccel.cpu.export import MODEL_XML, checkpoint_defaults
-    from sdaccel.cpu.quantize import quantize_ir
+    from sdaccel.cpu.quantize_parts import quantize_ir
 
     src, name, weights = resolve(args.checkpoint, args)
     defaults = checkpoint_defaults(src)

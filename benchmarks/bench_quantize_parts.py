@@ -13,7 +13,7 @@ model, ``auto`` lets ``quantize_ir(..., max_memory_gb=--max-memory-gb)`` choose)
 * the quantization runs, and its peak RSS and anonymous RSS are measured: one-shot in one child
   process, in parts as the largest of the children that ``quantize_in_parts`` starts (cut, each
   part, stitch); a child above ``--quant-memory-limit-gb`` is stopped. ``auto`` is resolved
-  first by ``quantize.parts_for_budget`` (and skipped when it repeats another entry);
+  first by ``quantize_parts.parts_for_budget`` (and skipped when it repeats another entry);
 * the quantized UNet is timed per call (``time_unet``: static shapes, median of ``--iters``), and
   its output error against the f32 UNet is measured on held-out inputs (other seeds and timesteps
   than the calibration): relative RMS error ``|q - f| / |f|``, mean over the inputs.
@@ -34,16 +34,10 @@ from pathlib import Path
 import numpy as np
 
 from sdaccel.core.tables import markdown_table
-from sdaccel.cpu.benchmark import (
-    MODELS,
-    export_ir,
-    label,
-    machine_info,
-    run_child,
-    summarize_run,
-    synthetic_calibration,
-    unet_inputs,
-)
+from sdaccel.cpu.machine import machine_info
+from sdaccel.cpu.random_unet import MODELS, export_ir, unet_inputs
+from sdaccel.tools.measure.children import run_child, summarize_run
+from sdaccel.tools.measure.models import label, synthetic_calibration
 from sdaccel.tools.toys.random_checkpoints import BUILDERS, ensure_tiny
 
 #: Held-out inputs: (seed, timestep), none of them used for calibration.
@@ -91,7 +85,7 @@ def evaluate(xml: str, model: str, batch: int, latent: int, reference: str, iter
 
 def quantize_one_shot(src: str, dst: str, variant: str, calibration: str | None, subset: int) -> dict:
     """Child: one-shot ``quantize_ir``."""
-    from sdaccel.cpu.quantize import quantize_ir
+    from sdaccel.cpu.quantize_parts import quantize_ir
 
     return quantize_ir(src, dst, variant, calibration, subset)
 
@@ -99,7 +93,7 @@ def quantize_one_shot(src: str, dst: str, variant: str, calibration: str | None,
 def run_parts(src: Path, dst: Path, variant: str, calibration: str | None, args, parts) -> dict:
     """In parts, from this process: ``quantize_ir`` starts one child per stage and reports each
     stage's peak."""
-    from sdaccel.cpu.quantize import quantize_ir
+    from sdaccel.cpu.quantize_parts import quantize_ir
 
     print(f"  quantize {variant}, parts={parts} ...", end="", flush=True)
     start, load = time.perf_counter(), os.getloadavg()[0]
@@ -195,7 +189,7 @@ def _quantize_all(
         calib = None if variant == "int8_weights" else str(calibration)
         for parts in args.parts:
             if parts == "auto":
-                from sdaccel.cpu.quantize import parts_for_budget
+                from sdaccel.cpu.quantize_parts import parts_for_budget
 
                 budget = args.max_memory_gb[variant]
                 parts = parts_for_budget(src, variant, budget)

@@ -115,7 +115,9 @@ SLOW_GROUPS = {
     "notebooks-jax": 450,
     "ov-exports": 450,  # five modules that share their exports; test_deepcache.py is 130 of it
     "tests/integration/test_bench_memory.py": 260,  # eight child processes, two of them whole exports
-    "tests/cpu/test_quantize.py": 240,
+    "tests/cpu/test_quantize_parts.py": 150,  # quantizing in parts, and like one piece (was in test_quantize.py)
+    "tests/cpu/test_quantize.py": 60,
+    "tests/cpu/test_calibration.py": 40,
     "tests/toy/test_adherence.py": 210,
     "tests/toy/test_adherence_steps.py": 100,  # the JAX steps sweep (was in test_distill.py)
     "tests/toy/test_sensitivity_quality.py": 50,  # an export, a ranking of 4 groups, three quantizations
@@ -128,7 +130,8 @@ SLOW_GROUPS = {
     "tests/faults/test_cpu_quantize_faults.py": 60,
     "tests/faults/test_course_faults.py": 50,
     "tests/faults/test_cpu_export_faults.py": 45,
-    "tests/tpu/test_plan.py": 70,
+    "tests/tpu/test_plan_compile.py": 70,
+    "tests/tpu/test_plan.py": 60,  # compiles the tiny v5e-4 case it reads beside a measurement
     "tests/tpu/models/test_attention.py": 60,
     "tests/cpu/test_levers.py": 50,
 }
@@ -366,7 +369,8 @@ def _run_notebook_once(notebook: Path, testrun: str):
     import dataclasses
     import json
 
-    from sdaccel.tools.workshop.run_notebooks import NotebookFailed, Run, execute, needed_tiny_checkpoints
+    from sdaccel.tools.workshop.discovery import needed_tiny_checkpoints
+    from sdaccel.tools.workshop.execute import NotebookFailed, Run, execute
 
     record = NOTEBOOK_BUILD / "smoke" / f"{notebook.stem}.run.json"
     locks = NOTEBOOK_BUILD / "locks"
@@ -407,12 +411,12 @@ def _run_notebook_once(notebook: Path, testrun: str):
 @pytest.fixture(scope="session")
 def smoke_notebook(testrun_uid):
     """``smoke_notebook(path)`` executes that notebook in the smoke profile into ``NOTEBOOK_BUILD``
-    once per test run, on whichever worker asks first, and returns its ``run_notebooks.Run``;
+    once per test run, on whichever worker asks first, and returns its ``execute.Run``;
     later calls (from any worker) return the same run, and after a failed execution every caller
     fails with the same error. Each execution starts with an empty output folder
-    (``run_notebooks.fresh_output_dir``), so what a test reads is this run's. Tests using it carry
+    (``run_files.fresh_output_dir``), so what a test reads is this run's. Tests using it carry
     ``@pytest.mark.xdist_group("notebooks")``."""
-    from sdaccel.tools.workshop.run_notebooks import NotebookFailed
+    from sdaccel.tools.workshop.execute import NotebookFailed
 
     runs: dict[str, object] = {}
 

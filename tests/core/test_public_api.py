@@ -19,6 +19,7 @@ HEADINGS = (
     "## Child processes",
     "## The environment",
     "## Measuring and reporting",
+    "## A room's public names",
 )
 
 #: What ``import sdaccel.core`` must not import: the frameworks of the two tracks.

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from sdaccel.core.timing import Timing, median, time_calls
+from sdaccel.core.timing import Timing, cost_per_image, median, time_calls
 
 
 class FakeClocks:
@@ -164,3 +164,8 @@ def test_the_real_clock_measures_a_sleep():
 def test_median_of_values_none_and_nothing():
     assert median([3.0, 1.0, 2.0]) == 2.0 and median(iter([1.0, 2.0])) == 1.5
     assert median([]) is None and median([1.0, None]) is None
+
+
+def test_cost_per_image():
+    cost = cost_per_image(images_per_s=1.0, price_per_hour=3.6)
+    assert cost["per_image"] == pytest.approx(0.001) and cost["per_1000_images"] == pytest.approx(1.0)

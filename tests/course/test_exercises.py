@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from sdaccel.course import exercises as ex
-from sdaccel.tools.workshop.run_notebooks import REPO, discover
+from sdaccel.tools.workshop.discovery import REPO, discover
 
 NOTEBOOKS = discover()
 IDS = [nb.stem for nb in NOTEBOOKS]
@@ -171,7 +171,7 @@ def test_notebook_00_without_solutions_stops_at_its_first_check(tmp_path):
     """The attendee copy of notebook 00, executed in the smoke profile: it runs up to the first
     exercise and stops there with the check's message (the copy with solutions passes in
     tests/integration/test_notebooks.py)."""
-    from sdaccel.tools.workshop.run_notebooks import NotebookFailed, execute
+    from sdaccel.tools.workshop.execute import NotebookFailed, execute
 
     source = NOTEBOOKS[0]
     nb = nbformat.read(source, as_version=4)

@@ -1,6 +1,6 @@
 """sdaccel.course's public API: its docstring names each public name by its module, every one of
-them resolves, ``__all__`` lists the room's modules, and importing the package loads no
-accelerator framework and none of its modules (most are command lines)."""
+them resolves, ``__all__`` lists those names (``PUBLIC_NAMES`` each one's module), and importing
+the package loads no accelerator framework and none of its modules (most are command lines)."""
 
 from __future__ import annotations
 
@@ -16,9 +16,10 @@ import sdaccel.course as course
 ROOM = Path(course.__file__).parent
 
 
-def test_all_lists_every_module_of_the_room():
-    assert course.__all__ == sorted(p.stem for p in ROOM.glob("*.py") if p.stem != "__init__")
-    for module in course.__all__:
+def test_the_table_knows_every_module_of_the_room():
+    assert list(course.MODULES) == sorted(p.stem for p in ROOM.glob("*.py") if p.stem != "__init__")
+    assert course.__all__ == list(course.PUBLIC_NAMES)
+    for module in course.MODULES:
         assert importlib.import_module(f"sdaccel.course.{module}").__name__ == f"sdaccel.course.{module}"
 
 
@@ -36,6 +37,7 @@ def test_every_name_the_docstring_lists_resolves():
     assert len(named) > 30, "the docstring lists the public names as :func:`~sdaccel.course.<module>.<name>`"
     for module, name in named:
         assert hasattr(importlib.import_module(f"sdaccel.course.{module}"), name), f"{module}.{name}"
+    assert set(named) == {(module, name) for name, module in course.PUBLIC_NAMES.items()}
 
 
 def test_importing_the_package_loads_no_framework_and_none_of_its_modules():

@@ -12,7 +12,7 @@ GIB = 2**30
 
 
 def test_resources_table_names_every_notebook_and_full_needs_more():
-    from sdaccel.tools.workshop.run_notebooks import discover
+    from sdaccel.tools.workshop.discovery import discover
 
     assert [nb.stem for nb in resources.NOTEBOOKS.values()] == [nb.stem for nb in discover()]
     for nb in resources.NOTEBOOKS.values():
@@ -84,7 +84,7 @@ def test_the_rehearsals_measurements_are_the_readmes_and_within_the_doctors_need
     kernel's RSS counts mapped weights once per mapping, so it can exceed the machine)."""
     import json
 
-    from sdaccel.tools.workshop.run_notebooks import format_summary
+    from sdaccel.tools.workshop.run_summary import format_summary
 
     data = json.loads((REPO / "benchmarks" / "results" / "rehearsal.json").read_text())
     rows = list(data["notebooks"].values())

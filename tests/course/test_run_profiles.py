@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from sdaccel.course import run_profiles
-from sdaccel.tools.workshop import run_notebooks
+from sdaccel.tools.workshop import discovery, output_checks
 
 #: The notebooks' own smoke settings.
 SMOKE = dict(run_profiles.SMOKE)
@@ -17,9 +17,9 @@ SMOKE = dict(run_profiles.SMOKE)
 
 def test_every_notebook_has_smoke_settings_and_only_there():
     """One source: sdaccel.course.run_profiles.SMOKE, not the notebooks' metadata."""
-    stems = [nb.stem for nb in run_notebooks.discover()]
+    stems = [nb.stem for nb in discovery.discover()]
     assert sorted(SMOKE) == sorted(stems)
-    for nb in run_notebooks.discover():
+    for nb in discovery.discover():
         assert "profiles" not in json.loads(nb.read_text())["metadata"].get("sdaccel", {}), (
             f"{nb.name} keeps smoke settings in its metadata: they live in sdaccel/course/run_profiles.py"
         )
@@ -172,9 +172,9 @@ KEPT_IN_REHEARSAL = {
 def test_every_rehearsal_override_names_a_parameter_of_its_notebook():
     import re
 
-    stems = [nb.stem for nb in run_notebooks.discover()]
+    stems = [nb.stem for nb in discovery.discover()]
     assert sorted(run_profiles.REHEARSAL) == sorted(stems)
-    for nb in run_notebooks.discover():
+    for nb in discovery.discover():
         params = parameters_cell(nb)
         for key in run_profiles.REHEARSAL[nb.stem]:
             assert re.search(rf"^{key} =", params, re.M), (
@@ -235,5 +235,5 @@ def test_the_rehearsals_kernels_read_the_stand_in_offline(monkeypatch, capsys, t
     out = capsys.readouterr().out
     assert out.startswith("Profile rehearsal: the full profile at real size, 5 settings swapped")
     assert "random weights" in out and "pictures are noise" in out
-    assert not any(p in out.lower() for p in run_notebooks.BANNED_PHRASES)
+    assert not any(p in out.lower() for p in output_checks.BANNED_PHRASES)
     assert not run_profiles.Started("full", {}, "").random_weights

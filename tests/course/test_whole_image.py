@@ -242,8 +242,8 @@ def bench(*args: str, timeout: float = 1800):
 
 
 def in_script(code: str, *argv: str):
-    """Runs ``code`` in a child started in benchmarks/, where ``import bench_whole_image`` works,
-    with ``argv`` as ``sys.argv[1:]``; the finished process."""
+    """Runs ``code`` in a child started in benchmarks/, where ``import bench_whole_image`` (and its
+    parts, ``bench_whole_image_*``) works, with ``argv`` as ``sys.argv[1:]``; the finished process."""
     import subprocess
     import sys
 
@@ -327,8 +327,8 @@ def test_resume_adds_int8_recipes_after_the_ones_measured_and_refuses_others(tmp
     out = tmp_path / "out.json"
     common = ["sd15", "--out", str(out), "--workdir", str(tmp_path / "work"), "--resume"]
     code = (
-        "import json, sys; import bench_whole_image as b; "
-        "print(json.dumps(sorted(b.Bench(b.parse_args(sys.argv[1:])).results['rows'])))"
+        "import json, sys; import bench_whole_image as b; from bench_whole_image_results import Bench; "
+        "print(json.dumps(sorted(Bench(b.parse_args(sys.argv[1:])).results['rows'])))"
     )
 
     def resume(*extra):
@@ -358,8 +358,8 @@ def test_resume_keeps_the_record_of_an_artifact_the_earlier_run_made(tmp_path):
     made = {"path": str(lora), "reused": False, "ok": True, "wall_s": 12.5, "peak_rss_gb": 1.2}
     args = ["sd15", "--out", str(out), "--workdir", str(tmp_path / "work")]
     code = (
-        "import json, sys; import bench_whole_image as b; "
-        "bench = b.Bench(b.parse_args(sys.argv[1:])); "
+        "import json, sys; import bench_whole_image as b; from bench_whole_image_results import Bench; "
+        "bench = Bench(b.parse_args(sys.argv[1:])); "
         f"assert bench.artifact('lora', 'make it', print, path={str(lora)!r}); "
         f"assert bench.artifact('tiny_vae', 'make it', print, path={str(lora)!r}); "
         "print(json.dumps(bench.results['artifacts']))"

@@ -34,7 +34,7 @@ def convert(tmp_path_factory):
     ov = pytest.importorskip("openvino")
     from diffusers import UNet2DConditionModel
 
-    from sdaccel.cpu.export import convert_unet
+    from sdaccel.cpu.convert import convert_unet
     from sdaccel.tools.toys.random_checkpoints import ensure_tiny
 
     cache = {}

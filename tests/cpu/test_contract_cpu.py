@@ -23,6 +23,8 @@ from sdaccel.core.checkpoint import CheckpointError, read_defaults  # noqa: E402
 from sdaccel.core.contract import TIMING_KEYS, GenerationResult  # noqa: E402
 from sdaccel.cpu import export as E  # noqa: E402
 from sdaccel.cpu import quantize as Q  # noqa: E402
+from sdaccel.cpu import quantize_parts  # noqa: E402
+from sdaccel.cpu.calibration import CalibrationSet, collect_unet_inputs, read_prompts  # noqa: E402
 from sdaccel.cpu.export import MANIFEST, MODEL_XML, export_pipeline, text_to_image_components  # noqa: E402
 from sdaccel.cpu.pipeline import OVPipeline  # noqa: E402
 
@@ -313,14 +315,14 @@ class _NoCalls:
 def test_calibration_prompt_files(tmp_path):
     """Before: a misspelled path or an empty file gave an empty calibration set, without a word."""
     with pytest.raises(FileNotFoundError, match=r"prompts\.txt does not exist: fix the path, or pass None"):
-        Q.read_prompts(tmp_path / "prompts.txt")
+        read_prompts(tmp_path / "prompts.txt")
     (tmp_path / "empty.txt").write_text("# only a comment\n\n")
     with pytest.raises(ValueError, match=r"empty\.txt holds no prompt: write one prompt per line"):
-        Q.read_prompts(tmp_path / "empty.txt")
+        read_prompts(tmp_path / "empty.txt")
     (tmp_path / "two.txt").write_text("# comment\na cat\n\n  a dog \n")
-    assert Q.read_prompts(tmp_path / "two.txt") == ["a cat", "a dog"]
+    assert read_prompts(tmp_path / "two.txt") == ["a cat", "a dog"]
     with pytest.raises(ValueError, match="No calibration prompts: pass at least one"):
-        Q.collect_unet_inputs(_NoCalls(), [], steps=2, num_samples=4, out_dir=tmp_path / "c", progress=False)
+        collect_unet_inputs(_NoCalls(), [], steps=2, num_samples=4, out_dir=tmp_path / "c", progress=False)
     assert not (tmp_path / "c").exists()
 
 
@@ -358,47 +360,51 @@ def test_bad_calibration_is_refused_before_any_compression(unet_xml, tmp_path, r
 def test_quantize_ir_checks_calibration_and_output_before_quantizing(
     unet_xml, tmp_path, monkeypatch, variant
 ):
-    monkeypatch.setattr(Q, "quantize_variant", lambda *a, **k: pytest.fail("quantized despite bad input"))
+    monkeypatch.setattr(
+        quantize_parts, "quantize_variant", lambda *a, **k: pytest.fail("quantized despite bad input")
+    )
     with pytest.raises(ValueError, match=f"{variant} needs calibration data, got None"):
-        Q.quantize_ir(unet_xml, tmp_path / "out" / "unet.xml", variant, None)
+        quantize_parts.quantize_ir(unet_xml, tmp_path / "out" / "unet.xml", variant, None)
     (tmp_path / "empty").mkdir()
     with pytest.raises(ValueError, match="holds no sample_"):
-        Q.quantize_ir(unet_xml, tmp_path / "out" / "unet.xml", variant, tmp_path / "empty")
-    samples = Q.CalibrationSet.save(
-        [{"sample": np.zeros((2, 4, 4, 4), np.float32)}], tmp_path / "calibration"
-    )
+        quantize_parts.quantize_ir(unet_xml, tmp_path / "out" / "unet.xml", variant, tmp_path / "empty")
+    samples = CalibrationSet.save([{"sample": np.zeros((2, 4, 4, 4), np.float32)}], tmp_path / "calibration")
     (tmp_path / "file").write_text("")
     with pytest.raises(NotADirectoryError, match=r"file is a file, not a folder\. Choose another output"):
-        Q.quantize_ir(unet_xml, tmp_path / "file" / "out" / "unet.xml", variant, samples.folder)
+        quantize_parts.quantize_ir(unet_xml, tmp_path / "file" / "out" / "unet.xml", variant, samples.folder)
     with pytest.raises(FileNotFoundError, match="export the UNet first"):
-        Q.quantize_ir(tmp_path / "nowhere.xml", tmp_path / "out" / "unet.xml", variant, samples.folder)
+        quantize_parts.quantize_ir(
+            tmp_path / "nowhere.xml", tmp_path / "out" / "unet.xml", variant, samples.folder
+        )
     assert not (tmp_path / "out").exists()
 
 
 @pytest.mark.skipif(os.geteuid() == 0, reason="root writes into read-only folders")
 def test_a_read_only_output_folder_is_refused_before_quantizing(unet_xml, tmp_path, monkeypatch):
-    monkeypatch.setattr(Q, "quantize_variant", lambda *a, **k: pytest.fail("quantized despite bad input"))
+    monkeypatch.setattr(
+        quantize_parts, "quantize_variant", lambda *a, **k: pytest.fail("quantized despite bad input")
+    )
     out = tmp_path / "read-only"
     out.mkdir()
     out.chmod(0o555)
     try:
         with pytest.raises(PermissionError, match="choose a writable output folder"):
-            Q.quantize_ir(unet_xml, out / "unet.xml", "int8_weights")
+            quantize_parts.quantize_ir(unet_xml, out / "unet.xml", "int8_weights")
     finally:
         out.chmod(0o755)
 
 
 def test_a_failed_quantization_leaves_the_previous_ir(unet_xml, tmp_path, monkeypatch):
     dst = tmp_path / "unet_int8.xml"
-    Q.quantize_ir(unet_xml, dst, "int8_weights")
+    quantize_parts.quantize_ir(unet_xml, dst, "int8_weights")
     before = snapshot(tmp_path)
 
     def fail(*args, **kwargs):
         raise MemoryError("killed")
 
-    monkeypatch.setattr(Q, "quantize_variant", fail)
+    monkeypatch.setattr(quantize_parts, "quantize_variant", fail)
     with pytest.raises(MemoryError):
-        Q.quantize_ir(unet_xml, dst, "int8_weights")
+        quantize_parts.quantize_ir(unet_xml, dst, "int8_weights")
     assert snapshot(tmp_path) == before
 
 

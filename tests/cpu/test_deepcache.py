@@ -221,8 +221,9 @@ def test_a_static_pipeline_compiles_both_irs_static_and_draws_the_same(exports, 
 def test_quantize_both_irs_to_full_int8(exports, pipes, tmp_path):
     """The shallow IR's calibration gets ``cached`` from the f32 full IR; both IRs come out with
     INT8 activations (FakeQuantize) and still draw close to the f32 DeepCache images."""
+    from sdaccel.cpu.calibration import collect_unet_inputs
     from sdaccel.cpu.quality import compare_images
-    from sdaccel.cpu.quantize import collect_unet_inputs, describe_ir
+    from sdaccel.cpu.quantize import describe_ir
 
     folder, deep = exports["tiny-sd15"]
     pipe = pipes["tiny-sd15"]
@@ -243,7 +244,8 @@ def test_the_layer_cut_quantizes_its_full_ir_and_keeps_the_shallow_one_in_float(
 ):
     """QUANTIZED_PARTS["layer"]: the full IR in INT8, the shallow IR copied as it is (the same
     bytes), the manifest says which; a part that is not an IR is refused before anything is written."""
-    from sdaccel.cpu.quantize import collect_unet_inputs, describe_ir
+    from sdaccel.cpu.calibration import collect_unet_inputs
+    from sdaccel.cpu.quantize import describe_ir
 
     deep, pipe = layer_cuts["tiny-sd15"], pipes["tiny-sd15"]
     calibration = collect_unet_inputs(

@@ -27,7 +27,7 @@ nncf = pytest.importorskip("nncf")
 
 from sdaccel.course import exercises as ex  # noqa: E402
 from sdaccel.course.exercises import code_cell  # noqa: E402
-from sdaccel.cpu import quantize  # noqa: E402
+from sdaccel.cpu import quantize, quantize_parts  # noqa: E402
 from sdaccel.cpu.export import MODEL_XML, export_pipeline, text_to_image_components  # noqa: E402
 from sdaccel.cpu.pipeline import OVPipeline  # noqa: E402
 from sdaccel.cpu.precision import precision_name  # noqa: E402
@@ -171,6 +171,7 @@ def namespace05(unet_xml, calibration, out, alpha=0.95, bias_correction=True) ->
         "gc": gc,
         "ov": ov,
         "quantize": quantize,
+        "quantize_parts": quantize_parts,
         "pipe": _Pipeline(),
         "unet_xml": unet_xml,
         "calibration": calibration,

@@ -19,7 +19,7 @@ def unet(tmp_path_factory, tiny_sd15):
     """The tiny SD 1.5 UNet as an f32 IR (export port names) and one guided call's inputs (8x8)."""
     from diffusers import UNet2DConditionModel
 
-    from sdaccel.cpu.export import convert_unet
+    from sdaccel.cpu.convert import convert_unet
 
     module = UNet2DConditionModel.from_pretrained(tiny_sd15 / "unet").eval()
     xml = tmp_path_factory.mktemp("unet") / "unet.xml"

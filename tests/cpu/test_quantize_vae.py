@@ -24,7 +24,7 @@ def vae(tmp_path_factory):
     import torch
     from diffusers import AutoencoderKL
 
-    from sdaccel.cpu.export import convert_vae_decoder
+    from sdaccel.cpu.convert import convert_vae_decoder
 
     module = AutoencoderKL.from_pretrained(f"{SHAPES_SD15}/vae", torch_dtype=torch.float32).eval()
     xml = tmp_path_factory.mktemp("vae") / "vae_decoder.xml"

@@ -271,7 +271,7 @@ NOTEBOOK_CELLS = [
 RUN_NOTEBOOK = """
 import sys
 from pathlib import Path
-from sdaccel.tools.workshop.run_notebooks import execute
+from sdaccel.tools.workshop.execute import execute
 execute(Path(sys.argv[1]), "full", Path(sys.argv[2]), Path(sys.argv[2]) / "checkpoints", timeout=300)
 """
 
@@ -279,7 +279,7 @@ execute(Path(sys.argv[1]), "full", Path(sys.argv[2]), Path(sys.argv[2]) / "check
 def notebook_runner(
     root: Path, run: str, hold: Path | None = None, fault: str | None = None
 ) -> subprocess.Popen:
-    """The runner (``run_notebooks.execute``) of ``root/01_fault.ipynb`` into ``root/build``, in a
+    """The runner (``execute.execute``) of ``root/01_fault.ipynb`` into ``root/build``, in a
     new session, as ``make run`` starts it from a terminal."""
     env = {**os.environ, "JAX_PLATFORMS": "cpu", "NB_RUN": run}
     env.pop("SDACCEL_FAULT", None)

@@ -23,6 +23,7 @@ pytest.importorskip("openvino")
 from sdaccel.core.checkpoint import CheckpointError  # noqa: E402
 from sdaccel.core.staging import disk_bytes  # noqa: E402
 from sdaccel.cpu import export as ov_export  # noqa: E402
+from sdaccel.cpu import ir_files  # noqa: E402
 from sdaccel.cpu.export import MANIFEST, MODEL_XML, export_pipeline  # noqa: E402
 from sdaccel.cpu.precision import CHOICE_FILE, choose_precision  # noqa: E402
 
@@ -231,7 +232,7 @@ def test_an_export_that_cannot_fit_is_refused_before_anything_is_written(base, s
 SAVE = """
 import openvino as ov
 from pathlib import Path
-from sdaccel.cpu.export import save_ir
+from sdaccel.cpu.ir_files import save_ir
 save_ir(ov.Core().read_model({model!r}), Path({xml!r}), compress_to_fp16=False)
 """
 
@@ -258,15 +259,15 @@ def test_an_ir_killed_between_its_two_renames_is_refused_until_saved_again(base,
     assert sorted(p.name for p in folder.iterdir()) == ["model.bin", "model.tmp.xml", "model.xml"]
 
     # every reader refuses it, naming what happened and the fix
-    for read in (ov_export.read_ir, read_model):
+    for read in (ir_files.read_ir, read_model):
         with pytest.raises(CheckpointError, match=r"model\.xml.*interrupted.*may not match.*force=True"):
             read(xml)
 
     # the next save of that IR removes the unfinished files and writes a whole pair
-    ov_export.save_ir(read_model(text_encoder), xml, compress_to_fp16=False)
+    ir_files.save_ir(read_model(text_encoder), xml, compress_to_fp16=False)
     assert sorted(p.name for p in folder.iterdir()) == ["model.bin", "model.xml"]
     assert xml.with_suffix(".bin").read_bytes() == text_encoder.with_suffix(".bin").read_bytes()
-    assert [p.get_any_name() for p in ov_export.read_ir(xml).inputs] == ["input_ids"]
+    assert [p.get_any_name() for p in ir_files.read_ir(xml).inputs] == ["input_ids"]
 
 
 def test_an_interrupt_between_the_two_renames_finishes_the_save(base, tmp_path, fault_kit):
@@ -281,7 +282,7 @@ def test_an_interrupt_between_the_two_renames_finishes_the_save(base, tmp_path, 
     assert child.returncode == -2 and "KeyboardInterrupt" in child.stderr  # SIGINT, as Python exits on it
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model.bin", "model.xml"]
     assert xml.read_bytes() == vae_decoder.read_bytes()
-    assert [p.get_any_name() for p in ov_export.read_ir(xml).inputs] == ["latent_sample"]
+    assert [p.get_any_name() for p in ir_files.read_ir(xml).inputs] == ["latent_sample"]
 
 
 def test_a_bin_cut_short_from_outside_gets_a_clear_error(choice_folder):
@@ -289,7 +290,7 @@ def test_a_bin_cut_short_from_outside_gets_a_clear_error(choice_folder):
     data = xml.with_suffix(".bin").read_bytes()
     xml.with_suffix(".bin").write_bytes(data[: len(data) // 2])
     with pytest.raises(CheckpointError, match=r"vae_decoder/openvino_model\.bin.*shorter.*force=True"):
-        ov_export.read_ir(xml)
+        ir_files.read_ir(xml)
     with pytest.raises(CheckpointError, match=r"openvino_model\.bin"):
         choose_precision(choice_folder, components=["vae_decoder"], candidates=BOTH, iters=1, **SIZE)
 

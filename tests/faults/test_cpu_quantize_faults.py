@@ -29,7 +29,8 @@ pytest.importorskip("openvino")
 pytest.importorskip("nncf")
 
 from sdaccel.core.faults import FAULT_ENV  # noqa: E402
-from sdaccel.cpu import quantize as Q  # noqa: E402
+from sdaccel.cpu import ir_files, quantize_parts  # noqa: E402
+from sdaccel.cpu.calibration import CalibrationSet, collect_unet_inputs  # noqa: E402
 
 #: What full INT8 in parts is asked to do where the crossing tensors matter: the cheapest recipe
 #: that still writes them (one sample, no SmoothQuant, no bias correction).
@@ -41,8 +42,8 @@ from pathlib import Path
 import numpy as np
 import openvino as ov
 from diffusers import UNet2DConditionModel
-from sdaccel.cpu.export import convert_unet
-from sdaccel.cpu.quantize import CalibrationSet
+from sdaccel.cpu.convert import convert_unet
+from sdaccel.cpu.calibration import CalibrationSet
 checkpoint, folder = Path(sys.argv[1]), Path(sys.argv[2])
 unet = UNet2DConditionModel.from_pretrained(checkpoint / "unet").eval()
 ov.save_model(convert_unet(unet, example_size=8), str(folder / "unet_f32.xml"), compress_to_fp16=False)
@@ -67,7 +68,7 @@ CalibrationSet.save(
 QUANTIZE = """
 import os, signal, threading, time
 import psutil
-from sdaccel.cpu import quantize as Q
+from sdaccel.cpu import quantize_parts
 
 def strike(signum, nth):
     me = psutil.Process()
@@ -88,7 +89,7 @@ def strike(signum, nth):
 
 if {signum!r}:
     strike({signum!r}, {nth!r})
-run = Q.quantize_in_parts({src!r}, {dst!r}, "int8_weights", parts=2, isolate={isolate!r})
+run = quantize_parts.quantize_in_parts({src!r}, {dst!r}, "int8_weights", parts=2, isolate={isolate!r})
 print("DONE", [s["stage"] for s in run["stages"]])
 """
 
@@ -112,7 +113,7 @@ def unet(tmp_path_factory, tiny_sd15):
     )
     assert done.returncode == 0, done.stderr[-3000:]
     clean = root / "clean" / "q.xml"
-    Q.quantize_in_parts(root / "unet_f32.xml", clean, "int8_weights", parts=2, isolate=False)
+    quantize_parts.quantize_in_parts(root / "unet_f32.xml", clean, "int8_weights", parts=2, isolate=False)
     return {"xml": root / "unet_f32.xml", "calibration": root / "calibration", "clean": clean}
 
 
@@ -178,7 +179,7 @@ def test_a_parent_killed_mid_part_takes_its_child_along_and_the_next_call_cleans
 
     # the next call removes the working folder, says so, and gives the clean machine's result
     capfd.readouterr()
-    run = Q.quantize_in_parts(unet["xml"], old, "int8_weights", parts=2, isolate=False)
+    run = quantize_parts.quantize_in_parts(unet["xml"], old, "int8_weights", parts=2, isolate=False)
     assert "Removed 1 unfinished file(s) of q.xml left by an interrupted write" in capfd.readouterr().err
     assert run["parts"] == 2 and fault_kit.hidden_leftovers(out) == []
     assert same_ir(old, unet["clean"])
@@ -215,7 +216,7 @@ def test_a_fault_between_the_steps_leaves_the_old_result_or_puts_it_back(
     assert "DONE" not in child.stdout
     if fault.startswith("quantize.between-renames"):  # q.bin is new until put back: refused
         from sdaccel.core.checkpoint import CheckpointError
-        from sdaccel.cpu.export import check_ir
+        from sdaccel.cpu.ir_files import check_ir
 
         with pytest.raises(CheckpointError):
             check_ir(old)
@@ -226,7 +227,7 @@ def test_a_fault_between_the_steps_leaves_the_old_result_or_puts_it_back(
     else:
         assert fault_kit.hidden_leftovers(out), "the kill left nothing behind: the fault was not injected"
     capfd.readouterr()
-    with Q.ir_workspace(old):  # what the next writer does first, holding the lock
+    with ir_files.ir_workspace(old):  # what the next writer does first, holding the lock
         pass
     said = capfd.readouterr().err
     assert fault_kit.hidden_leftovers(out) == []
@@ -247,10 +248,10 @@ def test_a_quantization_that_cannot_fit_is_refused_before_it_starts(unet, small_
     before = fault_kit.digest(small_disk)
     for parts in (2, 1):
         with pytest.raises(OSError, match=r"Not enough free disk for .*Free some space") as caught:
-            Q.quantize_in_parts(unet["xml"], old, "int8_weights", parts=parts, isolate=False)
+            quantize_parts.quantize_in_parts(unet["xml"], old, "int8_weights", parts=parts, isolate=False)
         assert caught.value.errno == errno.ENOSPC
     with pytest.raises(OSError, match=r"Not enough free disk for .*Free some space"):
-        Q.quantize_ir(unet["xml"], old, "int8_weights")
+        quantize_parts.quantize_ir(unet["xml"], old, "int8_weights")
     assert fault_kit.digest(small_disk) == before and fault_kit.hidden_leftovers(small_disk) == []
 
 
@@ -260,7 +261,7 @@ def test_a_disk_full_while_the_crossing_tensors_stream_stops_cleanly(unet, old, 
     out, before = old.parent, visible(fault_kit, old.parent)
     monkeypatch.setenv(FAULT_ENV, "quantize.crossing-sample-saved:enospc")  # the children inherit it
     with pytest.raises(OSError) as caught:
-        Q.quantize_in_parts(
+        quantize_parts.quantize_in_parts(
             unet["xml"], old, "full_int8", unet["calibration"], parts=2, isolate=True, **CHEAP_FULL
         )
     assert caught.value.errno == errno.ENOSPC
@@ -272,18 +273,18 @@ def test_a_disk_full_while_the_crossing_tensors_stream_stops_cleanly(unet, old, 
 
 def test_a_calibration_set_that_fills_the_disk_leaves_the_old_one(small_disk, fault_kit):
     calibration = small_disk / "calibration"
-    Q.CalibrationSet.save([{"sample": np.zeros(4, np.float32)}], calibration)
+    CalibrationSet.save([{"sample": np.zeros(4, np.float32)}], calibration)
     before = fault_kit.digest(calibration)
     big = ({"sample": np.full(2**18, i, np.float32)} for i in range(8))  # 8 x 1 MiB, length unknown
     with pytest.raises(
         OSError, match="calibration set .* stopped: the disk is full.*Free some space"
     ) as caught:
-        Q.CalibrationSet.save(big, calibration)
+        CalibrationSet.save(big, calibration)
     assert caught.value.errno == errno.ENOSPC
     assert fault_kit.digest(calibration) == before and fault_kit.hidden_leftovers(small_disk) == []
     # a list, whose length is known: refused after its first sample, before the disk is full
     with pytest.raises(OSError, match="Not enough free disk for the calibration set"):
-        Q.CalibrationSet.save([{"sample": np.full(2**18, i, np.float32)} for i in range(8)], calibration)
+        CalibrationSet.save([{"sample": np.full(2**18, i, np.float32)} for i in range(8)], calibration)
     assert fault_kit.digest(calibration) == before and fault_kit.hidden_leftovers(small_disk) == []
 
 
@@ -297,10 +298,10 @@ class BigPipeline:
 
 def test_collecting_more_calibration_samples_than_fit_is_refused_after_the_first(small_disk, fault_kit):
     calibration = small_disk / "calibration"
-    Q.CalibrationSet.save([{"sample": np.zeros(4, np.float32)}], calibration)
+    CalibrationSet.save([{"sample": np.zeros(4, np.float32)}], calibration)
     before = fault_kit.digest(calibration)
     with pytest.raises(OSError, match="Not enough free disk for the calibration set.*num_samples") as caught:
-        Q.collect_unet_inputs(
+        collect_unet_inputs(
             BigPipeline(), ["a", "b"], steps=5, num_samples=8, out_dir=calibration, progress=False
         )
     assert caught.value.errno == errno.ENOSPC
@@ -309,25 +310,25 @@ def test_collecting_more_calibration_samples_than_fit_is_refused_after_the_first
 
 def test_a_calibration_set_saved_over_a_larger_one_holds_only_the_new_samples(tmp_path):
     calibration = tmp_path / "calibration"
-    Q.CalibrationSet.save([{"sample": np.zeros(4, np.float32)} for _ in range(3)], calibration)
-    saved = Q.CalibrationSet.save([{"sample": np.ones(4, np.float32)}], calibration)
+    CalibrationSet.save([{"sample": np.zeros(4, np.float32)} for _ in range(3)], calibration)
+    saved = CalibrationSet.save([{"sample": np.ones(4, np.float32)}], calibration)
     assert len(saved) == 1 and all(s["sample"][0] == 1 for s in saved)
 
 
 def test_a_calibration_set_killed_mid_save_leaves_the_old_one(tmp_path, fault_kit, capfd):
     calibration = tmp_path / "calibration"
-    Q.CalibrationSet.save([{"sample": np.zeros(4, np.float32)} for _ in range(3)], calibration)
+    CalibrationSet.save([{"sample": np.zeros(4, np.float32)} for _ in range(3)], calibration)
     before = fault_kit.digest(calibration)
     code = f"""
 import numpy as np
-from sdaccel.cpu.quantize import CalibrationSet
+from sdaccel.cpu.calibration import CalibrationSet
 CalibrationSet.save([{{"sample": np.ones(4, np.float32)}}], {str(calibration)!r})
 """
     killed = fault_kit.run_python(code, "quantize.calibration-sample-saved:kill")
     assert killed.returncode == -9, killed.stderr
     assert fault_kit.digest(calibration) == before  # not one old sample replaced by a new one
     capfd.readouterr()
-    saved = Q.CalibrationSet.save([{"sample": np.ones(4, np.float32)}], calibration)
+    saved = CalibrationSet.save([{"sample": np.ones(4, np.float32)}], calibration)
     assert "interrupted write" in capfd.readouterr().err
     assert len(saved) == 1 and fault_kit.hidden_leftovers(tmp_path) == []
 
@@ -352,7 +353,7 @@ def test_two_quantizations_of_one_destination_take_turns(unet, old, fault_kit, c
         time.sleep(0.02)
     assert list(old.parent.glob(".q-parts-*")), "the first quantization never started"
     capfd.readouterr()
-    second = Q.quantize_in_parts(unet["xml"], old, "int8_weights", parts=2, isolate=False)
+    second = quantize_parts.quantize_in_parts(unet["xml"], old, "int8_weights", parts=2, isolate=False)
     out, err = first.communicate(timeout=120)
     assert first.returncode == 0 and "DONE" in out, err[-3000:]
     assert "Waiting for another process that is writing q.xml" in capfd.readouterr().err
@@ -365,7 +366,7 @@ def test_the_memory_watchdog_stops_a_part_and_says_what_to_do(unet, old, fault_k
     200 MiB): the part's child is killed, and the message names the stage, the memory and the fix."""
     out, before = old.parent, visible(fault_kit, old.parent)
     with pytest.raises(MemoryError) as caught:
-        Q.quantize_in_parts(unet["xml"], old, "int8_weights", parts=2, memory_limit_gb=0.1)
+        quantize_parts.quantize_in_parts(unet["xml"], old, "int8_weights", parts=2, memory_limit_gb=0.1)
     message = str(caught.value)
     assert re.search(r"stopped at part 0: the memory watchdog killed its process at \d+ MiB", message), (
         message

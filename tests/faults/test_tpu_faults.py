@@ -4,10 +4,11 @@ writing one; plan files that lie (truncated, of another layout, JAX or libtpu, o
 two processes writing one plan at once; and JAX's persistent compilation cache with an entry that a
 full disk cut short, a truncated one, and two processes filling it at once.
 
-Most plan runs here compile nothing: the child replaces :func:`sdaccel.tpu.plan.compile_case` by a
+Most plan runs here compile nothing: the child replaces
+:func:`sdaccel.tpu.plan_compile.compile_case` (as the plan and the command line import it) by a
 stand-in that returns a recorded row (:data:`FAKE`), so that what is tested, the writing, the
-reusing and the locking of ``python -m sdaccel.tpu.plan``, costs a process start. One case compiles
-for real (the tiny SDXL checkpoint, 16x16, one step: about ten seconds).
+reusing and the locking of ``python -m sdaccel.tools.measure.tpu_plan``, costs a process start.
+One case compiles for real (the tiny SDXL checkpoint, 16x16, one step: about ten seconds).
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ from pathlib import Path
 import pytest
 
 from sdaccel.core import staging
-from sdaccel.tpu import compilation
+from sdaccel.tools.measure import tpu_plan as plan_command
+from sdaccel.tpu import compilation, plan_compile, plan_files, plan_floor
 from sdaccel.tpu import plan as tpu_plan
 
 REPO = Path(__file__).resolve().parents[2]
@@ -35,11 +37,12 @@ TEMPLATE = REPO / "benchmarks" / "results" / "tpu_plan_v5e-1_b4.json"
 FAKE = f"""
 import dataclasses, json, time
 from pathlib import Path
-from sdaccel.tpu import plan
+from sdaccel.tools.measure import tpu_plan as plan_command
+from sdaccel.tpu import plan, plan_compile
 TEMPLATE_ROW = json.loads(Path({str(TEMPLATE)!r}).read_text())["rows"][0]
 GO = None
 
-def fake_compile(case, source=plan.DEFAULT_CONFIG, unet_flops=None):
+def fake_compile(case, source=plan_compile.DEFAULT_CONFIG, unet_flops=None):
     print(f"compiled batch {{case.batch}}", flush=True)
     deadline = time.monotonic() + 120
     while GO and not Path(GO).exists() and time.monotonic() < deadline:
@@ -48,7 +51,7 @@ def fake_compile(case, source=plan.DEFAULT_CONFIG, unet_flops=None):
 """
 
 #: What a child runs first: the stand-in in place of the compile.
-CHILD = FAKE + "\nplan.compile_case = fake_compile\n"
+CHILD = FAKE + "\nplan.compile_case = plan_command.compile_case = fake_compile\n"
 
 
 def fake_namespace() -> dict:
@@ -66,24 +69,24 @@ def plan_argv(out: Path, batches=(1, 2)) -> list[str]:
 
 def run_plan(argv, go: Path | None = None) -> str:
     """A child's code: the plan's command line with the stand-in compile (waiting for ``go``)."""
-    return CHILD + f"\nGO = {None if go is None else str(go)!r}\nplan.main({argv!r})\n"
+    return CHILD + f"\nGO = {None if go is None else str(go)!r}\nplan_command.main({argv!r})\n"
 
 
 def clean_rows(argv) -> list[dict]:
     """What a run on a clean machine writes: every case's stand-in row with its key."""
     fake = fake_namespace()["fake_compile"]
-    args = tpu_plan.parse_args(argv)
+    args = plan_command.parse_args(argv)
     rows = []
-    for case in tpu_plan.cases(args):
+    for case in plan_command.cases(args):
         row, _ = fake(case, args.config)
-        rows.append({**row, "plan_key": tpu_plan.plan_key(case, args.config)})
+        rows.append({**row, "plan_key": plan_files.plan_key(case, args.config)})
     return rows
 
 
 def make_old_plan(out: Path) -> dict:
     """The plan file of an earlier command (batch 4 only), as the plan writes it."""
     out.parent.mkdir(parents=True, exist_ok=True)
-    data = tpu_plan.as_stored(tpu_plan.plan_document(clean_rows(plan_argv(out, (4,))), "an earlier run"))
+    data = plan_files.as_stored(plan_files.plan_document(clean_rows(plan_argv(out, (4,))), "an earlier run"))
     out.write_text(json.dumps(data))
     out.with_suffix(".md").write_text("# the earlier table\n")
     return data
@@ -91,15 +94,17 @@ def make_old_plan(out: Path) -> dict:
 
 @pytest.fixture
 def in_process_plan(monkeypatch):
-    """The next run, here: ``plan.main`` with the stand-in compile; returns the batches it compiled."""
+    """The next run, here: ``plan_command.main`` (or ``plan.predict``) with the stand-in compile;
+    returns the batches it compiled."""
     compiled: list[int] = []
     fake = fake_namespace()["fake_compile"]
 
-    def counting(case, source=tpu_plan.DEFAULT_CONFIG, unet_flops=None):
+    def counting(case, source=plan_compile.DEFAULT_CONFIG, unet_flops=None):
         compiled.append(case.batch)
         return fake(case, source, unet_flops)
 
     monkeypatch.setattr(tpu_plan, "compile_case", counting)
+    monkeypatch.setattr(plan_command, "compile_case", counting)
     return compiled
 
 
@@ -147,7 +152,7 @@ def test_a_plan_run_stopped_part_way_keeps_the_old_plan_and_the_next_run_reuses_
         assert any(h.startswith(leftover) and h.endswith(".partial") for h in hidden), hidden
 
     # the next run: says what it cleared, compiles only what was not finished, publishes
-    rows = tpu_plan.main(argv)
+    rows = plan_command.main(argv)
     err = capsys.readouterr().err
     assert in_process_plan == [1, 2][journaled:]
     if journaled:
@@ -184,7 +189,8 @@ def test_a_real_plan_killed_before_publishing_is_finished_by_the_next_run_withou
         str(out),
     ]
     killed = fault_kit.run_python(
-        f"from sdaccel.tpu import plan; plan.main({argv!r})", "plan.before-publish:kill"
+        f"from sdaccel.tools.measure import tpu_plan as plan_command; plan_command.main({argv!r})",
+        "plan.before-publish:kill",
     )
     assert killed.returncode == -9, killed.stderr[-3000:]
     assert fault_kit.wait_for_group_to_end(killed.pgid) == []
@@ -195,8 +201,8 @@ def test_a_real_plan_killed_before_publishing_is_finished_by_the_next_run_withou
     def must_not_compile(*args, **kwargs):
         raise AssertionError("the finished row was compiled again")
 
-    monkeypatch.setattr(tpu_plan, "compile_case", must_not_compile)
-    (row,) = tpu_plan.main(argv)
+    monkeypatch.setattr(plan_command, "compile_case", must_not_compile)
+    (row,) = plan_command.main(argv)
     assert row == saved and row["fits"] and row["hbm_bytes"]["argument"] > 0
     assert json.loads(out.read_text())["rows"] == [saved]
     assert fault_kit.hidden_leftovers(tmp_path) == []
@@ -263,7 +269,7 @@ def test_a_cached_plan_that_lies_is_compiled_again_and_replaced(tmp_path, in_pro
 def test_a_plan_file_that_lies_is_not_reused_by_the_next_run(tmp_path, in_process_plan, capsys, lie):
     out = tmp_path / "plan.json"
     argv = plan_argv(out)
-    tpu_plan.main(argv)
+    plan_command.main(argv)
     assert in_process_plan == [1, 2]
     text = out.read_text()
     if lie == "truncated":
@@ -272,25 +278,27 @@ def test_a_plan_file_that_lies_is_not_reused_by_the_next_run(tmp_path, in_proces
         data = json.loads(text)
         out.write_text(json.dumps({**data, "environment": {**data["environment"], "jax": "0.4.1"}}))
     capsys.readouterr()
-    rows = tpu_plan.main(argv)
+    rows = plan_command.main(argv)
     line = one_line(capsys.readouterr().err, str(out))
     assert "compiled again" in line and ("0.4.1" in line if lie == "another jax" else "not whole" in line)
     assert in_process_plan == [1, 2, 1, 2] and rows == clean_rows(argv)
-    tpu_plan.main(argv)  # whole again: reused
+    plan_command.main(argv)  # whole again: reused
     assert in_process_plan == [1, 2, 1, 2]
-    tpu_plan.main([*argv, "--recompile"])
+    plan_command.main([*argv, "--recompile"])
     assert in_process_plan == [1, 2, 1, 2, 1, 2]
 
 
 def test_reading_the_flops_of_a_broken_plan_file_names_the_file_and_the_fix(tmp_path):
     torn = tmp_path / "tpu_plan_torn.json"
     torn.write_text(TEMPLATE.read_text()[:500])
-    with pytest.raises(tpu_plan.PlanFileError, match=r"tpu_plan_torn.json is not whole JSON.*make it again"):
-        tpu_plan.unet_row_flops([TEMPLATE, torn])
+    with pytest.raises(
+        plan_files.PlanFileError, match=r"tpu_plan_torn.json is not whole JSON.*make it again"
+    ):
+        plan_floor.unet_row_flops([TEMPLATE, torn])
     alien = tmp_path / "tpu_plan_alien.json"
     alien.write_text(json.dumps({"rows": [{"flops": {"unet_call": 1.0}}]}))
-    with pytest.raises(tpu_plan.PlanFileError, match=r"tpu_plan_alien.json.*lacks 'global_batch'"):
-        tpu_plan.unet_row_flops([alien])
+    with pytest.raises(plan_files.PlanFileError, match=r"tpu_plan_alien.json.*lacks 'global_batch'"):
+        plan_floor.unet_row_flops([alien])
 
 
 # ----------------------------------------------------------------------------------------------

@@ -14,18 +14,20 @@ import pytest
 from sdaccel.course import colab as installer
 from sdaccel.course import run_profiles
 from sdaccel.course.notebook import REPOSITORY_URL, SETUP_CELL
-from sdaccel.tools.workshop import run_notebooks
-from sdaccel.tools.workshop.run_notebooks import (
+from sdaccel.tools.workshop import discovery
+from sdaccel.tools.workshop.discovery import discover
+from sdaccel.tools.workshop.output_checks import (
     BANNED_PHRASES,
-    WIDGET_STATE,
-    WIDGET_VIEW,
     absolute_paths,
     banned_phrases,
     cells_without_figures,
-    discover,
-    drop_widget_state,
     machine_paths,
     noisy_outputs,
+)
+from sdaccel.tools.workshop.widget_state import (
+    WIDGET_STATE,
+    WIDGET_VIEW,
+    drop_widget_state,
     saved_widget_state,
 )
 
@@ -127,18 +129,18 @@ def test_a_snapshot_folder_of_the_stand_in_is_a_machine_path_in_the_rehearsal(mo
     # 01 printed `pipe.folder`, the hub id resolved into the stand-in's cache: the rehearsal's
     # copy showed that machine's folder where a reader wants the id they loaded.
     home = tmp_path / "hf-home"
-    monkeypatch.setitem(run_notebooks.PROFILE_ENV, "rehearsal", {"HF_HOME": str(home)})
+    monkeypatch.setitem(discovery.PROFILE_ENV, "rehearsal", {"HF_HOME": str(home)})
     snapshot = home / "hub/models--org--name/snapshots/abc"
     nb = notebook(
         code("print(pipe.folder)", stream("stdout", f"loaded {snapshot} in 19.7 s\n")),
         code("print(MODEL_ID)", stream("stdout", "loaded org/name in 19.7 s\n")),
-        code("print(REPO)", stream("stdout", f"{run_notebooks.REPO}/build\n")),
+        code("print(REPO)", stream("stdout", f"{discovery.REPO}/build\n")),
     )
     assert machine_paths(nb, "rehearsal") == [
-        f"cell 2: {run_notebooks.REPO}/build",
+        f"cell 2: {discovery.REPO}/build",
         f"cell 0: loaded {snapshot} in 19.7 s",
     ]
-    assert machine_paths(nb, "smoke") == [f"cell 2: {run_notebooks.REPO}/build"]  # no stand-in there
+    assert machine_paths(nb, "smoke") == [f"cell 2: {discovery.REPO}/build"]  # no stand-in there
 
 
 def test_folders_in_the_repository_are_handed_to_the_kernel_relative_to_its_folder(tmp_path):
@@ -302,7 +304,7 @@ def test_a_librarys_finished_loading_bar_is_found():
 def test_the_exporter_loads_without_a_bar_and_puts_the_switch_back(capsys):
     from transformers.utils import logging as transformers_logging
 
-    from sdaccel.cpu.export import load_torch_component, no_loading_bars
+    from sdaccel.cpu.convert import load_torch_component, no_loading_bars
 
     assert transformers_logging.is_progress_bar_enabled()
     load_torch_component(REPO / "checkpoints" / "tiny-shapes-sdxl", "text_encoder")

@@ -1,6 +1,6 @@
 """Every notebook under notebooks/ is checked for its anatomy and executed in the smoke profile.
 
-Discovery is automatic (``sdaccel.tools.workshop.run_notebooks.discover``), so a new notebook cannot escape CI.
+Discovery is automatic (``sdaccel.tools.workshop.discovery.discover``), so a new notebook cannot escape CI.
 The execution tests assert on the values each notebook recorded in its ``results.json``, not only
 on "no exception": each execution starts with an empty output folder, and a key that a check reads
 but the notebook did not record fails the test, naming the key. Then nbval re-executes each
@@ -20,12 +20,11 @@ import pytest
 
 from sdaccel.course import whole_image
 from sdaccel.course.notebook import SETUP_CELL
-from sdaccel.tools.workshop.run_notebooks import (
-    PROFILE_ENV,
+from sdaccel.tools.workshop.discovery import PROFILE_ENV, discover
+from sdaccel.tools.workshop.output_checks import (
     absolute_paths,
     banned_phrases,
     cells_without_figures,
-    discover,
     noisy_outputs,
 )
 

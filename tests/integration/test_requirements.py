@@ -67,6 +67,15 @@ def test_core_packages_are_pinned():
     assert CPU["jax"] == "0.10.2" and CPU["flax"] == "0.12.8"  # newest for Python 3.11
 
 
+def test_the_demo_pins_gradio_beside_a_pillow_it_accepts():
+    """gradio 6.x requires pillow<13: the demo of notebook 07 holds pillow at 12.x everywhere it
+    is pinned (Colab keeps its own pillow, which the resolution test checks against the cap)."""
+    colab = pins(REPO / "requirements-colab.txt")
+    assert CPU["gradio"] == CONDA["gradio"] == colab["gradio"] == "6.31.0"
+    for files in (CPU, TPU, CONDA):
+        assert files["pillow"] == "12.3.0"
+
+
 def test_known_traps_are_left_out():
     assert "torch" not in TPU, "the TPU environment must not pull PyTorch"
     assert CPU["torch"] == "2.13.0", "any other torch version downloads a multi-GB CUDA build here"
@@ -192,6 +201,9 @@ def test_requirements_resolve_for_every_named_platform(requirements, platform, p
     if requirements == "requirements-tpu.txt":
         assert "libtpu" in got, "jax[tpu] pulls libtpu"
         assert "torch" not in got, "nothing in the TPU file may pull PyTorch"
+    else:  # the CPU and Colab files carry notebook 07's demo, with a pillow that gradio accepts
+        assert got.get("gradio") == CPU["gradio"], f"the demo's gradio must resolve for {platform}"
+        assert int(got["pillow"].split(".")[0]) < 13, "gradio 6.x requires pillow<13"
     # every pin holds, except libtpu off Linux x86-64, where its marker leaves it out
     if platform != "linux-x86_64":
         assert "libtpu" not in got, f"libtpu has no {platform} wheels: its marker must leave it out"

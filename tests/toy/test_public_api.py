@@ -14,7 +14,11 @@ LISTED = sorted(set(re.findall(r"``(\w+)\.(\w+)``", sdaccel.toy.__doc__)))
 
 
 def test_the_docstring_lists_names_of_every_module():
-    assert {module for module, _ in LISTED} == set(sdaccel.toy.__all__)
+    assert {module for module, _ in LISTED} == set(sdaccel.toy.MODULES)
+    tabled = {(module, name) for name, module in sdaccel.toy.PUBLIC_NAMES.items()}
+    shared = {(module, name) for name, modules in sdaccel.toy.SHARED_NAMES.items() for module in modules}
+    assert set(LISTED) == tabled | shared
+    assert sdaccel.toy.__all__ == list(sdaccel.toy.PUBLIC_NAMES)
     for heading in (
         "## The shapes data set",
         "## Adherence",
@@ -25,6 +29,8 @@ def test_the_docstring_lists_names_of_every_module():
 @pytest.mark.parametrize("module, name", LISTED, ids=[f"{m}.{n}" for m, n in LISTED])
 def test_every_listed_name_resolves(module, name):
     assert hasattr(importlib.import_module(f"sdaccel.toy.{module}"), name)
+    if name in sdaccel.toy.PUBLIC_NAMES:
+        assert getattr(sdaccel.toy, name) is getattr(importlib.import_module(f"sdaccel.toy.{module}"), name)
 
 
 def test_importing_the_package_is_light():

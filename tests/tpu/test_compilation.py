@@ -59,14 +59,12 @@ def test_time_calls_waits_for_the_device(monkeypatch):
     assert waited == [6, 6, 6]
 
 
-def test_utilisation_and_cost():
+def test_utilisation():
     assert compilation.utilisation(197e12, 1.0, 197e12) == 1.0
     assert compilation.utilisation(281e12, 2.33, 197e12, devices=1) == pytest.approx(0.612, abs=1e-3)
     assert (
         compilation.utilisation(1e12, 1.0, None) is None and compilation.utilisation(None, 1.0, 1e12) is None
     )
-    cost = compilation.cost_per_image(images_per_s=1.0, price_per_hour=3.6)
-    assert cost["per_image"] == pytest.approx(0.001) and cost["per_1000_images"] == pytest.approx(1.0)
 
 
 def test_persistent_cache_is_hit_by_a_second_process(tmp_path):

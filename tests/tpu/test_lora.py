@@ -301,7 +301,7 @@ def _plain_weights(model) -> dict[str, np.ndarray]:
 
 @pytest.mark.parametrize("layout", ["diffusers", "sgm"])
 def test_fuse_into_torch_matches_diffusers_fuse_lora(files, layout):
-    from sdaccel.cpu.export import load_torch_component
+    from sdaccel.cpu.convert import load_torch_component
     from sdaccel.cpu.lora_export import check_lora, fuse_into_torch
 
     src = _checkpoint("sdxl")
@@ -327,7 +327,7 @@ def test_openvino_unet_with_fused_lora_matches_diffusers(files):
 
     import openvino as ov
 
-    from sdaccel.cpu.export import convert_unet, load_torch_component, unet_example
+    from sdaccel.cpu.convert import convert_unet, load_torch_component, unet_example
     from sdaccel.cpu.lora_export import check_lora, fuse_into_torch
 
     src = Path(_checkpoint("sdxl"))
@@ -372,14 +372,9 @@ def test_genai_runtime_adapter_matches_the_fused_export(files, tmp_path):
 
     import openvino_genai as og
 
-    from sdaccel.cpu.export import (
-        MODEL_XML,
-        convert_unet,
-        export_pipeline,
-        load_torch_component,
-        save_ir,
-        text_to_image_components,
-    )
+    from sdaccel.cpu.convert import convert_unet, load_torch_component
+    from sdaccel.cpu.export import MODEL_XML, export_pipeline, text_to_image_components
+    from sdaccel.cpu.ir_files import save_ir
     from sdaccel.cpu.lora_export import check_lora, checkpoint_targets, fuse_into_torch, save_genai_adapter
 
     src = Path(_checkpoint("sd15"))

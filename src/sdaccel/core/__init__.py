@@ -63,7 +63,8 @@ at a limit.
 
 :mod:`sdaccel.core.env`: what is installed and what CPU this is (one reading of it).
 
-- :func:`package_versions`, :data:`PACKAGES`
+- :func:`package_versions`, :data:`PACKAGES`; :func:`summary` (Python, OS, CPU, cores and memory,
+  in one dict)
 - :func:`cpu_model`, :func:`cpu_features`, :data:`CPU_FLAGS`
 - :func:`cpu_source`, :func:`features_from_cpuinfo`, :func:`features_from_sysctl`,
   :func:`architecture`, :data:`X86_FLAGS`, :data:`ARM_FLAGS` (the one reading, x86, ARM and macOS)
@@ -74,7 +75,15 @@ at a limit.
 table writer.
 
 - :func:`time_calls`, :class:`Timing`, :func:`median`
+- :func:`cost_per_image`: dollars per image at an hourly price, on either track
 - :func:`markdown_table`
+
+## A room's public names
+
+:mod:`sdaccel.core.names`: every room lists its public names in a table, name -> module, and
+imports a module when one of its names is first used.
+
+- :func:`lazy_names`
 """
 
 from __future__ import annotations
@@ -133,6 +142,7 @@ from sdaccel.core.env import (
     features_from_cpuinfo,
     features_from_sysctl,
     package_versions,
+    summary,
 )
 from sdaccel.core.faults import FAULT_ENV, FAULT_KINDS, fault_point, parse_fault
 from sdaccel.core.lora_files import (
@@ -145,6 +155,7 @@ from sdaccel.core.lora_files import (
     save_kohya,
     sgm_names,
 )
+from sdaccel.core.names import lazy_names
 from sdaccel.core.processes import (
     ChildRun,
     MemoryStatus,
@@ -169,7 +180,7 @@ from sdaccel.core.staging import (
     writer_lock,
 )
 from sdaccel.core.tables import markdown_table
-from sdaccel.core.timing import Timing, median, time_calls
+from sdaccel.core.timing import Timing, cost_per_image, median, time_calls
 
 __all__ = [
     # The pipeline contract
@@ -249,6 +260,7 @@ __all__ = [
     # The environment
     "package_versions",
     "PACKAGES",
+    "summary",
     "cpu_model",
     "cpu_features",
     "CPU_FLAGS",
@@ -262,5 +274,8 @@ __all__ = [
     "time_calls",
     "Timing",
     "median",
+    "cost_per_image",
     "markdown_table",
+    # A room's public names
+    "lazy_names",
 ]

@@ -45,6 +45,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
+from PIL import Image
 
 #: Seeds are 32-bit: torch's generator and JAX's default keys both take them without loss.
 SEED_LIMIT = 2**32
@@ -333,14 +334,12 @@ def unscale_latents(latents, scaling_factor: float, latents_mean=None, latents_s
 
 def to_pil(images: np.ndarray) -> list:
     """(B, H, W, 3) floats in [0, 1] -> PIL images, rounded as diffusers' ``numpy_to_pil``."""
-    from PIL import Image
 
     return [Image.fromarray(img) for img in (np.asarray(images) * 255).round().astype(np.uint8)]
 
 
 def image_grid(images: Sequence, cols: int | None = None):
     """Paste PIL images (all the same size) into one grid image, ``cols`` per row."""
-    from PIL import Image
 
     cols = cols or min(len(images), 4)
     rows = -(-len(images) // cols)

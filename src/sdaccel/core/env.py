@@ -26,6 +26,8 @@ import subprocess
 from collections.abc import Callable
 from importlib import metadata
 
+import psutil
+
 #: The packages whose versions the notebooks depend on.
 PACKAGES = (
     "jax",
@@ -315,7 +317,6 @@ def architecture(features: dict[str, bool]) -> str:
 
 def summary() -> dict:
     """Python, OS, CPU, core count and memory, in one dict."""
-    import psutil
 
     return {
         "python": platform.python_version(),

@@ -43,6 +43,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 import numpy as np
+from safetensors.numpy import save_file
 
 from sdaccel.core.checkpoint import WeightFile
 
@@ -449,7 +450,6 @@ def save_kohya(
     an ``.alpha`` per module. With ``unet_modules`` (every module name of the UNet, e.g.
     ``lora_targets(pipeline)["unet"]``) the UNet is written with its SGM names, as kohya's
     sd-scripts do for SDXL. The file is written whole to a temporary name, then renamed."""
-    from safetensors.numpy import save_file
 
     if adapter.layout != "diffusers":
         raise LoraError(

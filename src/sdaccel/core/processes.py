@@ -31,6 +31,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import psutil
+
 
 @dataclass
 class ChildRun:
@@ -182,7 +184,6 @@ def run_with_memory_limit(
 
     ``fn`` must be importable by name (a module-level function), as for any spawned process.
     """
-    import psutil
 
     context = multiprocessing.get_context("spawn")
     parent, child = context.Pipe(duplex=False)

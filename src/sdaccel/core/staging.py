@@ -42,6 +42,8 @@ import uuid
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
+import filelock
+
 from sdaccel.core.faults import fault_point
 
 
@@ -81,7 +83,6 @@ def writer_lock(dst: str | os.PathLike) -> Iterator[None]:
     """``with writer_lock(dst):`` be the only writer of ``dst`` among all processes (the lock is
     ``filelock``'s, on :func:`lock_path`). Re-entrant within a thread. When another process holds
     it, say so on stderr and wait."""
-    import filelock
 
     dst = Path(dst)
     path = lock_path(dst)
@@ -226,13 +227,24 @@ def _link_or_copy(src, dst) -> None:
         shutil.copy2(src, dst)
 
 
-def replace_text(path: str | os.PathLike, text: str) -> None:
-    """Write ``path`` through a temporary file and ``os.replace``: readers see the old or the new
-    content, never a part, and a hard-linked original is left alone."""
+def replace_text(
+    path: str | os.PathLike, text: str, suffix: str = ".tmp", fault: str | None = None, sync: bool = False
+) -> None:
+    """Write ``path`` through a temporary file (``.NAME.<random><suffix>``) and ``os.replace``:
+    readers see the old or the new content, never a part, and a hard-linked original is left alone.
+    ``sync``: the temporary file is on disk before the rename. ``fault``: the :func:`fault_point`
+    between the write and the rename (a writer killed there leaves the temporary file for the next
+    writer's :func:`clear_leftovers`)."""
     path = Path(path)
-    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
+    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}{suffix}")
     try:
-        tmp.write_text(text)
+        with open(tmp, "w") as handle:
+            handle.write(text)
+            if sync:
+                handle.flush()
+                os.fsync(handle.fileno())
+        if fault:
+            fault_point(fault)
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)

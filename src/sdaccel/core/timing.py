@@ -1,6 +1,7 @@
 """Timing calls, the one way every measurement of the package does it: a first call (which may
 compile or warm caches), then ``repeats`` timed calls, their median, and the CPU seconds of this
-process during each, so that a ratio measured on a shared machine can be checked by CPU time.
+process during each, so that a ratio measured on a shared machine can be checked by CPU time;
+and what a throughput costs at an hourly price (:func:`cost_per_image`), on either track.
 
 Each front-end says how to wait for its result (``wait``): JAX returns before the device has
 finished, so its timers pass ``jax.block_until_ready``; OpenVINO and PyTorch return finished
@@ -78,3 +79,10 @@ def time_calls(
         if keep_results:
             results.append(result)
     return Timing(first, statistics.median(runs) if runs else first, runs, cpu, results)
+
+
+def cost_per_image(images_per_s: float, price_per_hour: float) -> dict:
+    """Dollars per image and per 1,000 images for a machine that costs ``price_per_hour`` (all
+    its chips together) and makes ``images_per_s`` when kept busy."""
+    per_image = price_per_hour / 3600.0 / images_per_s
+    return {"per_image": per_image, "per_1000_images": 1000.0 * per_image, "price_per_hour": price_per_hour}

@@ -4,8 +4,9 @@ workshop and the report code of notebooks 06 and 07.
 The names below are this room's public API, listed by the module that defines them. Importing
 ``sdaccel.course`` imports none of its modules: most of them are command lines too
 (``python -m sdaccel.course.<module>``), and some load JAX, PyTorch or OpenVINO when called. Import
-a name from its module, as the notebooks do: ``from sdaccel.course.run_profiles import start``.
-:data:`__all__` names the modules.
+a name from its module, as the notebooks do (``from sdaccel.course.run_profiles import start``), or
+from the room, which imports its module then. :data:`__all__` lists the names, :data:`PUBLIC_NAMES` each
+one's module; a module is reached as a module too (``from sdaccel.course import whole_image``).
 
 ## In a notebook
 
@@ -46,7 +47,9 @@ a name from its module, as the notebooks do: ``from sdaccel.course.run_profiles 
   :func:`~sdaccel.course.whole_image.reference_files`, :func:`~sdaccel.course.whole_image.findings`,
   :func:`~sdaccel.course.whole_image.segments`, :func:`~sdaccel.course.whole_image.format_table`,
   :func:`~sdaccel.course.whole_image.read_quality` (each recipe's adherence on the trained toy, beside
-  its seconds); the benchmark's rows are :data:`~sdaccel.course.whole_image_rows.ROWS`, a recipe's
+  its seconds), :func:`~sdaccel.course.whole_image.heading`, :func:`~sdaccel.course.whole_image.describe`,
+  :func:`~sdaccel.course.whole_image.model_name`, :func:`~sdaccel.course.whole_image.markdown_table`
+  (how the notebook reads a table out); the benchmark's rows are :data:`~sdaccel.course.whole_image_rows.ROWS`, a recipe's
   key :func:`~sdaccel.course.whole_image_rows.recipe_key`.
 - :mod:`~sdaccel.course.stack_report` (notebook 06): :func:`~sdaccel.course.stack_report.join`,
   :func:`~sdaccel.course.stack_report.fastest`, :func:`~sdaccel.course.stack_report.markdown`: each
@@ -56,18 +59,86 @@ a name from its module, as the notebooks do: ``from sdaccel.course.run_profiles 
 - :mod:`~sdaccel.course.few_steps` (notebook 07): :func:`~sdaccel.course.few_steps.time_images`,
   :func:`~sdaccel.course.few_steps.speed_rows`, :func:`~sdaccel.course.few_steps.format_speed`,
   :func:`~sdaccel.course.few_steps.lever_costs`, :func:`~sdaccel.course.few_steps.format_costs`,
-  :func:`~sdaccel.course.few_steps.decoder_cost`, :func:`~sdaccel.course.few_steps.faster`.
+  :func:`~sdaccel.course.few_steps.decoder_cost`, :func:`~sdaccel.course.few_steps.faster`;
+  :func:`~sdaccel.course.few_steps.parameters`, :func:`~sdaccel.course.few_steps.shapes_toy`,
+  :func:`~sdaccel.course.few_steps.use_scheduler` (the pipelines it times).
 
 ## The demo of notebook 07
 
 - :class:`~sdaccel.course.demo.Demo`, :func:`~sdaccel.course.demo.settings_for`,
-  :func:`~sdaccel.course.demo.serve`, :func:`~sdaccel.course.demo.widgets` (:mod:`~sdaccel.course.demo`):
+  :func:`~sdaccel.course.demo.app`, :func:`~sdaccel.course.demo.launch`,
+  :class:`~sdaccel.course.demo.Settings`, :func:`~sdaccel.course.demo.enlarged` (:mod:`~sdaccel.course.demo`):
   type a prompt, choose the steps, INT8, LCM-LoRA and TAESD, and see the picture and its seconds on the
-  OpenVINO pipeline; a page served on this machine (``python -m sdaccel.course.demo``) or ipywidgets
-  in the notebook.
+  OpenVINO pipeline; a gradio app served on this machine (``python -m sdaccel.course.demo``) or inline
+  in the notebook (Jupyter and Colab).
 """
 
-__all__ = [
+from sdaccel.core.names import lazy_names
+
+#: Each public name, under the docstring's headings: name -> the module of the room that defines it.
+PUBLIC_NAMES = {
+    # In a notebook
+    "start": "run_profiles",
+    "Results": "notebook",
+    "quiet": "notebook",
+    "repository_root": "notebook",
+    "check": "exercises",
+    "ExerciseNotDone": "exercises",
+    "same": "exercises",
+    "install": "colab",
+    "SETUP_CELL": "notebook",
+    # Running the notebooks
+    "overrides": "run_profiles",
+    "KERNEL_ENV": "run_profiles",
+    "strip": "exercises",
+    # Before a workshop
+    "NOTEBOOKS": "resources",
+    "MODELS": "resources",
+    "models_for": "resources",
+    "totals": "resources",
+    "disk_shortfall": "resources",
+    # Reports of notebooks 06 and 07
+    "time_calls": "whole_image",
+    "summarize": "whole_image",
+    "compose": "whole_image",
+    "read_table": "whole_image",
+    "reference_files": "whole_image",
+    "findings": "whole_image",
+    "segments": "whole_image",
+    "format_table": "whole_image",
+    "read_quality": "whole_image",
+    "heading": "whole_image",
+    "describe": "whole_image",
+    "model_name": "whole_image",
+    "markdown_table": "whole_image",
+    "ROWS": "whole_image_rows",
+    "recipe_key": "whole_image_rows",
+    "join": "stack_report",
+    "fastest": "stack_report",
+    "markdown": "stack_report",
+    "join_runs": "stack_report",
+    "reference_run": "stack_report",
+    "time_images": "few_steps",
+    "speed_rows": "few_steps",
+    "format_speed": "few_steps",
+    "lever_costs": "few_steps",
+    "format_costs": "few_steps",
+    "decoder_cost": "few_steps",
+    "faster": "few_steps",
+    "parameters": "few_steps",
+    "shapes_toy": "few_steps",
+    "use_scheduler": "few_steps",
+    # The demo of notebook 07
+    "Demo": "demo",
+    "settings_for": "demo",
+    "app": "demo",
+    "launch": "demo",
+    "Settings": "demo",
+    "enlarged": "demo",
+}
+
+#: The room's modules, each reached as a module too (``from sdaccel.course import whole_image``).
+MODULES = (
     "colab",
     "demo",
     "exercises",
@@ -78,4 +149,7 @@ __all__ = [
     "stack_report",
     "whole_image",
     "whole_image_rows",
-]
+)
+
+__all__ = list(PUBLIC_NAMES)
+__getattr__, __dir__ = lazy_names(__name__, PUBLIC_NAMES, MODULES)

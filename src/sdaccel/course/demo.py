@@ -1,6 +1,6 @@
 """The interactive demo of notebook 07: type a prompt, choose the steps and the levers (INT8,
 LCM-LoRA, TAESD), and see the picture, the seconds it took and the precision that ran, on the
-OpenVINO (CPU) pipeline.
+OpenVINO (CPU) pipeline. It is a gradio app (``gr.Blocks``), as openvino_notebooks end with.
 
 Standalone, it is a web page served from your computer::
 
@@ -8,22 +8,16 @@ Standalone, it is a web page served from your computer::
     python -m sdaccel.course.demo --profile full    # SD 1.5, lcm-lora-sdv1-5 and TAESD from the hub
 
 and prints its address (``http://127.0.0.1:7860/`` unless ``--port`` says otherwise). In a notebook,
-:func:`widgets` shows the same controls inline (``ipywidgets``), and :func:`serve` starts the page
-in the background.
-
-**Why no gradio.** openvino_notebooks end with a gradio app, but every gradio release caps pillow
-below the version this course pins (gradio 6.x requires ``pillow<13``, 5.x ``pillow<12``): adding
-it would make the requirements unresolvable or move pillow back. The page here needs no package
-at all (Python's ``http.server`` and one HTML page with its script inline): nothing to install, no
-fonts or scripts from a CDN, nothing sent anywhere, so it works on a workshop's offline laptop. In
-Jupyter the controls are ``ipywidgets`` (already pinned), which also work where the kernel's ports
-cannot be reached from the browser (Colab, a TPU VM behind an SSH tunnel).
+``launch(app(demo))`` shows the same page inline: in Jupyter from the kernel's port, in Colab through
+Colab's own proxy of the kernel's port (never a public ``share`` link). gradio's frontend is in its
+wheel (fonts included): the page fetches nothing from elsewhere, so it works on a workshop's offline
+laptop. gradio 6.x requires ``pillow<13``: requirements-cpu.txt pins pillow 12.3.0 for it.
 
 **What is prepared, and when.** Each lever is prepared once, on the first click that needs it,
 with the package's own functions: the exports (:func:`sdaccel.cpu.export.export_pipeline`, the
 LCM-LoRA fused at export, both folders shared with notebooks 04-07), TAESD
 (:func:`sdaccel.core.checkpoint.resolve_tiny_vae`, or :func:`sdaccel.course.few_steps.random_tiny_vae`
-for ``"random"``) and the INT8 UNet (:func:`sdaccel.cpu.quantize.quantize_ir`, weights-only INT8:
+for ``"random"``) and the INT8 UNet (:func:`sdaccel.cpu.quantize_parts.quantize_ir`, weights-only INT8:
 no calibration run; notebook 05 measures the other recipes). The compiled pipelines stay loaded
 between clicks (the last :attr:`Demo.keep` of them).
 """
@@ -31,25 +25,33 @@ between clicks (the last :attr:`Demo.keep` of them).
 from __future__ import annotations
 
 import argparse
-import base64
 import contextlib
 import dataclasses
-import html
+import functools
 import io
-import json
 import os
+import socket
 import threading
 import time
 from collections import OrderedDict
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+
+from sdaccel.core.checkpoint import resolve_checkpoint, resolve_lora, resolve_tiny_vae
+from sdaccel.course.few_steps import random_tiny_vae
+from sdaccel.course.run_profiles import PROFILES, active_profile, overrides
+from sdaccel.cpu import quantize_parts
+from sdaccel.cpu.export import MODEL_XML, default_export_dir, export_pipeline, text_to_image_components
+from sdaccel.cpu.pipeline import OVPipeline
 
 NOTEBOOK = "07_fewer_steps"
 DEFAULT_PORT = 7860
 #: The INT8 recipe of the demo: weights-only INT8 needs no calibration run, so it is ready in seconds.
 INT8_VARIANT = "int8_weights"
 MAX_PROMPT_CHARS = 500
+TITLE = "Stable Diffusion on the CPU: fewer steps, TAESD and INT8"
+#: the picture fills its frame (a toy's 32 pixels too), scaled up as squares, not blurred
+CSS = "#picture img { width: 100%; height: 100%; object-fit: contain; image-rendering: pixelated; }"
 
 
 @dataclass(frozen=True)
@@ -96,8 +98,6 @@ def settings_for(profile: str, work_dir: str | os.PathLike | None = None) -> Set
     """The demo's settings under ``profile``: notebook 07's defaults (the real models), with the
     profile's overrides of its OpenVINO parameters (:func:`sdaccel.course.run_profiles.overrides`;
     ``"smoke"``: the trained toy, and the LCM-LoRA and the TAESD distilled from it)."""
-    from sdaccel.course.run_profiles import overrides
-
     values = overrides(NOTEBOOK, profile)
     changes = {field: values[name] for name, field in PARAMETERS.items() if name in values}
     if values.get("PROMPTS"):
@@ -161,8 +161,6 @@ class Demo:
         return self._prepared[key]
 
     def source(self) -> Path:
-        from sdaccel.core.checkpoint import resolve_checkpoint
-
         return self._once(("source",), lambda: resolve_checkpoint(self.settings.model))
 
     def export(self, lora: bool) -> Path:
@@ -170,9 +168,6 @@ class Demo:
         return self._once(("export", lora), lambda: self._export(lora))
 
     def _export(self, lora: bool) -> Path:
-        from sdaccel.core.checkpoint import resolve_lora
-        from sdaccel.cpu.export import default_export_dir, export_pipeline, text_to_image_components
-
         source = self.source()
         folder = default_export_dir(self.settings.model, "fp32", self.work_dir)
         adapters = [(resolve_lora(self.settings.lora), 1.0)] if lora else []
@@ -187,11 +182,7 @@ class Demo:
         return self._once(("taesd",), self._tiny_vae)
 
     def _tiny_vae(self) -> Path:
-        from sdaccel.core.checkpoint import resolve_tiny_vae
-
         if self.settings.tiny_vae == "random":
-            from sdaccel.course.few_steps import random_tiny_vae
-
             return random_tiny_vae(self.source(), self.work_dir / f"random-taesd-{self.source().name}")
         return resolve_tiny_vae(self.source(), self.settings.tiny_vae)
 
@@ -200,15 +191,14 @@ class Demo:
         return self._once(("int8", lora), lambda: self._int8_unet(lora))
 
     def _int8_unet(self, lora: bool) -> Path:
-        from sdaccel.cpu import quantize
-        from sdaccel.cpu.export import MODEL_XML
-
         export = self.export(lora)
         unet = export / "unet" / MODEL_XML
         target = export.with_name(f"{export.name}-unet-{INT8_VARIANT}") / MODEL_XML
         if not target.is_file() or target.stat().st_mtime < unet.stat().st_mtime:
             target.parent.mkdir(parents=True, exist_ok=True)
-            quantize.quantize_ir(unet, target, INT8_VARIANT, max_memory_gb=quantize.default_budget_gb())
+            quantize_parts.quantize_ir(
+                unet, target, INT8_VARIANT, max_memory_gb=quantize_parts.default_budget_gb()
+            )
         return target
 
     # -- the pipelines (compiled once per combination, the last `keep` kept) ----------------
@@ -224,8 +214,6 @@ class Demo:
         return pipe
 
     def _load(self, choice: Choice):
-        from sdaccel.cpu.pipeline import OVPipeline
-
         pipe = OVPipeline.from_pretrained(
             self.export(choice.lora),
             precision=self.settings.precision,
@@ -307,220 +295,93 @@ def enlarged(image, size: int = 256):
     return image.resize((image.width * factor, image.height * factor), resample=0)  # nearest
 
 
-def png_data_url(image) -> str:
-    buffer = io.BytesIO()
-    image.save(buffer, format="PNG")
-    return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode()
-
-
 # ----------------------------------------------------------------------------------------------
-# The web page (standalone, and in a browser tab from a notebook)
+# The gradio app (standalone, and inline in Jupyter and Colab)
 # ----------------------------------------------------------------------------------------------
 
-PAGE = """<!doctype html>
-<html lang="en"><head><meta charset="utf-8">
-<meta name="viewport" content="width=device-width, initial-scale=1">
-<title>Stable Diffusion on the CPU: fewer steps</title>
-<style>
- body { font-family: system-ui, -apple-system, "Segoe UI", Roboto, "Helvetica Neue", Arial, sans-serif;
-        margin: 2rem auto; max-width: 980px; padding: 0 1rem; color: #1f2328; background: #fff; }
- h1 { font-size: 1.5rem; margin-bottom: .25rem; }
- .notice { background: #fff8c5; border: 1px solid #d4a72c; border-radius: 6px; padding: .6rem .8rem; }
- .columns { display: flex; gap: 2rem; flex-wrap: wrap; margin-top: 1rem; }
- .controls { flex: 1 1 320px; display: flex; flex-direction: column; gap: .8rem; }
- .result { flex: 1 1 400px; }
- textarea { font: inherit; width: 100%; box-sizing: border-box; padding: .5rem; }
- label { display: flex; gap: .5rem; align-items: center; }
- button { font: inherit; font-size: 1.1rem; padding: .6rem; background: #1f6feb; color: #fff;
-          border: 0; border-radius: 6px; cursor: pointer; }
- button:disabled { background: #8c959f; cursor: wait; }
- #picture { width: 384px; height: 384px; image-rendering: pixelated; object-fit: contain;
-            background: #f6f8fa; border: 1px solid #d0d7de; border-radius: 6px; display: block; }
- #timing { font-size: 1.05rem; }
- .error { color: #cf222e; }
-</style></head>
-<body>
-<h1>Stable Diffusion on the CPU: fewer steps, TAESD and INT8</h1>
-<p class="notice">__NOTICE__</p>
-<div class="columns">
- <div class="controls">
-  <label for="prompt"><b>Prompt</b></label>
-  <textarea id="prompt" rows="3">__PROMPT__</textarea>
-  <label>Steps <input id="steps" type="number" min="1" max="100" value="__STEPS__"></label>
-  <label><input id="lora" type="checkbox" checked> LCM-LoRA (few steps, no guidance)</label>
-  <label><input id="taesd" type="checkbox"> TAESD (tiny autoencoder for the decode)</label>
-  <label><input id="int8" type="checkbox"> INT8 UNet (weights in INT8)</label>
-  <button id="generate">Generate</button>
-  <small>The first click with a new combination of levers prepares it (export, quantization,
-  compilation); later clicks reuse it. The seconds shown are the generation's alone.</small>
- </div>
- <div class="result">
-  <img id="picture" alt="The generated picture appears here">
-  <p id="timing">No picture yet.</p>
- </div>
-</div>
-<script>
-const $ = (id) => document.getElementById(id);
-$("lora").addEventListener("change", () => {
-  $("steps").value = $("lora").checked ? __LCM_STEPS__ : __BASE_STEPS__;
-});
-$("generate").addEventListener("click", async () => {
-  const button = $("generate");
-  button.disabled = true;
-  button.textContent = "Generating…";
-  $("timing").className = "";
-  $("timing").textContent = "Generating…";
-  const request = {prompt: $("prompt").value, steps: $("steps").value,
-                   lora: $("lora").checked, taesd: $("taesd").checked, int8: $("int8").checked};
-  try {
-    const reply = await fetch("generate", {method: "POST", body: JSON.stringify(request),
-                                           headers: {"Content-Type": "application/json"}});
-    const answer = await reply.json();
-    if (!reply.ok) throw new Error(answer.error || reply.statusText);
-    $("picture").src = answer.image;
-    $("timing").textContent = answer.text;
-  } catch (error) {
-    $("timing").className = "error";
-    $("timing").textContent = "Could not generate: " + error.message;
-  } finally {
-    button.disabled = false;
-    button.textContent = "Generate";
-  }
-});
-</script>
-</body></html>
-"""
+
+def respond(demo: Demo, prompt, steps, int8: bool, lora: bool, taesd: bool) -> tuple[object, str]:
+    """What the Generate button shows: ``(picture, its seconds and precision)``, or no picture and
+    what went wrong (a bad request, or an error of the pipeline: the app keeps running)."""
+    try:
+        picture = demo.generate(prompt, steps, int8=int8, lora=lora, taesd=taesd)
+    except ValueError as error:
+        return None, f"**Could not generate:** {error}"
+    except Exception as error:  # shown under the picture; the controls stay usable
+        return None, f"**Could not generate:** {type(error).__name__}: {error}"
+    return picture.image, picture.summary()
 
 
-def page(demo: Demo) -> str:
-    """The demo's HTML page: everything inline, nothing fetched from elsewhere."""
+def app(demo: Demo):
+    """The demo's page as a ``gr.Blocks`` app (not started: :func:`launch` starts it)."""
+    import gradio as gr
+
     s = demo.settings
-    fill = {
-        "__NOTICE__": html.escape(demo.notice()),
-        "__PROMPT__": html.escape(s.prompt),
-        "__STEPS__": str(demo.steps_for(True)),
-        "__LCM_STEPS__": str(s.lcm_steps),
-        "__BASE_STEPS__": str(s.base_steps),
-    }
-    text = PAGE
-    for key, value in fill.items():
-        text = text.replace(key, value)
-    return text
-
-
-def answer(demo: Demo, body: bytes) -> tuple[int, dict]:
-    """The reply to one ``POST /generate``: ``(200, {image, text})``, or an error status and message."""
-    try:
-        request = json.loads(body or b"{}")
-        picture = demo.generate(
-            request.get("prompt"),
-            request.get("steps", demo.steps_for(True)),
-            int8=bool(request.get("int8")),
-            lora=bool(request.get("lora")),
-            taesd=bool(request.get("taesd")),
+    with gr.Blocks(title=TITLE, analytics_enabled=False) as blocks:
+        gr.Markdown(f"# {TITLE}")
+        gr.Markdown(demo.notice(), elem_id="notice")
+        with gr.Row():
+            with gr.Column():
+                prompt = gr.Textbox(s.prompt, label="Prompt", lines=3, elem_id="prompt")
+                steps = gr.Number(
+                    demo.steps_for(True), label="Steps", minimum=1, maximum=100, precision=0, elem_id="steps"
+                )
+                lora = gr.Checkbox(True, label="LCM-LoRA (few steps, no guidance)", elem_id="lora")
+                taesd = gr.Checkbox(False, label="TAESD (tiny autoencoder for the decode)", elem_id="taesd")
+                int8 = gr.Checkbox(False, label="INT8 UNet (weights in INT8)", elem_id="int8")
+                button = gr.Button("Generate", variant="primary", elem_id="generate")
+                gr.Markdown(
+                    "The first click with a new combination of levers prepares it (export, quantization, "
+                    "compilation); later clicks reuse it. The seconds shown are the generation's alone."
+                )
+            with gr.Column():
+                picture = gr.Image(
+                    label="Picture",
+                    type="pil",
+                    format="png",
+                    interactive=False,
+                    height=384,
+                    buttons=["download", "fullscreen"],  # no "share" (to Hugging Face Spaces)
+                    elem_id="picture",
+                )
+                timing = gr.Markdown("No picture yet.", elem_id="timing")
+        lora.change(demo.steps_for, inputs=lora, outputs=steps, api_name="steps")
+        button.click(
+            functools.partial(respond, demo),
+            inputs=[prompt, steps, int8, lora, taesd],
+            outputs=[picture, timing],
+            api_name="generate",
         )
-    except (ValueError, AttributeError) as error:
-        return 400, {"error": str(error) or "The request could not be read."}
-    except Exception as error:  # shown on the page; the server keeps running
-        return 500, {"error": f"{type(error).__name__}: {error}"}
-    return 200, {"image": png_data_url(picture.image), "text": picture.summary()}
+    return blocks
 
 
-class _Handler(BaseHTTPRequestHandler):
-    demo: Demo  # set on the class built by serve()
-
-    def do_GET(self):  # noqa: N802 (http.server's name)
-        if self.path.split("?")[0] not in ("/", "/index.html"):
-            return self._send(404, "text/plain; charset=utf-8", b"Not found")
-        self._send(200, "text/html; charset=utf-8", page(self.demo).encode())
-
-    def do_POST(self):  # noqa: N802
-        if self.path.split("?")[0] != "/generate":
-            return self._send(404, "text/plain; charset=utf-8", b"Not found")
-        length = int(self.headers.get("Content-Length") or 0)
-        status, reply = answer(self.demo, self.rfile.read(length))
-        self._send(status, "application/json", json.dumps(reply).encode())
-
-    def _send(self, status: int, kind: str, body: bytes) -> None:
-        self.send_response(status)
-        self.send_header("Content-Type", kind)
-        self.send_header("Content-Length", str(len(body)))
-        self.send_header("Cache-Control", "no-store")
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, format, *args):  # quiet: the page shows what happened
-        pass
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port nobody listens on now."""
+    with socket.socket() as probe:
+        probe.bind((host, 0))
+        return probe.getsockname()[1]
 
 
-class Server(ThreadingHTTPServer):
-    daemon_threads = True
-
-    @property
-    def url(self) -> str:
-        host, port = self.server_address[:2]
-        return f"http://{host}:{port}/"
-
-    def start(self) -> Server:
-        """Serve in a background thread (in a notebook, or a test); :meth:`stop` ends it."""
-        threading.Thread(target=self.serve_forever, name="sdaccel-demo", daemon=True).start()
-        return self
-
-    def stop(self) -> None:
-        self.shutdown()
-        self.server_close()
-
-
-def serve(demo: Demo, host: str = "127.0.0.1", port: int = DEFAULT_PORT) -> Server:
-    """A server of the demo's page on ``host:port`` (``port=0``: a free one), not yet started:
-    call ``.serve_forever()``, or ``.start()`` for a background thread."""
-    handler = type("DemoHandler", (_Handler,), {"demo": demo})
+def launch(blocks, host: str = "127.0.0.1", port: int = DEFAULT_PORT, inline: bool | None = None) -> str:
+    """Start ``blocks`` (:func:`app`) on ``host:port`` (``port=0``: a free one) in the background and
+    return its address; ``blocks.close()`` stops it. In a notebook (``inline`` None: gradio tells)
+    it shows the page in the cell; in Colab through Colab's proxy of the port: no public link."""
+    port = port or free_port(host)
     try:
-        return Server((host, port), handler)
+        blocks.launch(
+            server_name=host,
+            server_port=port,
+            inline=inline,
+            share=False,  # gradio's default in Colab is a public tunnel: the proxy is enough
+            prevent_thread_lock=True,
+            quiet=True,  # the caller says where it runs
+            css=CSS,
+        )
     except OSError as error:
         raise OSError(
             f"Cannot serve the demo on {host}:{port} ({error}): choose another port (--port)."
         ) from error
-
-
-# ----------------------------------------------------------------------------------------------
-# In a notebook: the same controls as ipywidgets
-# ----------------------------------------------------------------------------------------------
-
-
-def widgets(demo: Demo):
-    """The demo's controls as ipywidgets, calling :meth:`Demo.generate` like the page's button."""
-    import ipywidgets as w
-
-    prompt = w.Textarea(value=demo.settings.prompt, description="Prompt", layout=w.Layout(width="95%"))
-    steps = w.BoundedIntText(value=demo.steps_for(True), min=1, max=100, description="Steps")
-    lora = w.Checkbox(value=True, description="LCM-LoRA")
-    taesd = w.Checkbox(value=False, description="TAESD")
-    int8 = w.Checkbox(value=False, description="INT8 UNet")
-    button = w.Button(description="Generate", button_style="primary")
-    picture = w.Image(format="png", width=384, height=384, layout=w.Layout(object_fit="contain"))
-    timing = w.HTML(f"<i>{html.escape(demo.notice())}</i>")
-
-    def on_lora(change):
-        steps.value = demo.steps_for(change["new"])
-
-    def on_click(_):
-        button.disabled, button.description = True, "Generating…"
-        try:
-            result = demo.generate(prompt.value, steps.value, int8.value, lora.value, taesd.value)
-            buffer = io.BytesIO()
-            result.image.save(buffer, format="PNG")
-            picture.value = buffer.getvalue()
-            timing.value = html.escape(result.summary())
-        except Exception as error:  # shown under the picture; the controls stay usable
-            timing.value = f"<b>Could not generate:</b> {html.escape(str(error))}"
-        finally:
-            button.disabled, button.description = False, "Generate"
-
-    lora.observe(on_lora, names="value")
-    button.on_click(on_click)
-    controls = w.VBox([prompt, steps, lora, taesd, int8, button])
-    return w.VBox([w.HBox([controls, picture]), timing])
+    return blocks.local_url
 
 
 # ----------------------------------------------------------------------------------------------
@@ -529,8 +390,6 @@ def widgets(demo: Demo):
 
 
 def main(argv: list[str] | None = None) -> int:
-    from sdaccel.course.run_profiles import PROFILES, active_profile
-
     parser = argparse.ArgumentParser(
         prog="python -m sdaccel.course.demo",
         description="Serve the interactive demo of notebook 07 (OpenVINO on the CPU) as a local web page.",
@@ -548,14 +407,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.profile == "smoke":
         os.environ.setdefault("JAX_PLATFORMS", "cpu")  # the random TAESD is written with JAX
     demo = Demo(settings_for(args.profile, args.work_dir))
-    server = serve(demo, args.host, args.port)
-    print(f"The demo runs at {server.url} (Ctrl-C stops it).\n{demo.notice()}", flush=True)
-    try:
-        server.serve_forever()
-    except KeyboardInterrupt:
-        print("Stopped.")
-    finally:
-        server.server_close()
+    blocks = app(demo)
+    url = launch(blocks, args.host, args.port, inline=False)
+    print(f"The demo runs at {url} (Ctrl-C stops it).\n{demo.notice()}", flush=True)
+    blocks.block_thread()  # until Ctrl-C; gradio closes the server then
     return 0
 
 

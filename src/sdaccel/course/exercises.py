@@ -21,6 +21,7 @@ answer, so a check cell stays cheap, and an unanswered exercise fails before any
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import math
 import re
@@ -29,6 +30,8 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+
+import numpy as np
 
 BEGIN, END = "# BEGIN SOLUTION", "# END SOLUTION"
 PLACEHOLDER = "# your code here"
@@ -53,7 +56,6 @@ class ExerciseFormatError(ValueError):
 def same(answer, expected, rtol: float = 1e-6, atol: float = 0.0) -> bool:
     """Whether ``answer`` equals ``expected``: numbers within ``rtol``/``atol``, arrays elementwise,
     sequences and dicts item by item, strings ignoring case and surrounding spaces."""
-    import numpy as np
 
     if isinstance(expected, bool) or isinstance(answer, bool):
         both = isinstance(answer, bool | np.bool_) and isinstance(expected, bool | np.bool_)
@@ -209,7 +211,6 @@ def exercises(nb: dict, name: str = "notebook") -> list[Exercise]:
 
 def attendee_copy(nb: dict, name: str = "notebook") -> dict:
     """The notebook with every solution block replaced by the placeholder and no outputs."""
-    import copy
 
     exercises(nb, name)  # refuse a malformed notebook before writing anything
     out = copy.deepcopy(nb)

@@ -25,6 +25,7 @@ cells share and what the tests check:
 
 from __future__ import annotations
 
+import math
 import os
 import statistics
 import time
@@ -32,8 +33,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sdaccel.core.checkpoint import read_config, read_json
+from sdaccel.core.checkpoint import open_weights, read_config, read_json, resolve_checkpoint
 from sdaccel.course.whole_image import time_calls
+from sdaccel.cpu import quality
 from sdaccel.toy import dataset
 
 
@@ -140,7 +142,6 @@ def lever_costs(
     prompts and seed): mean PSNR and SSIM (:func:`sdaccel.cpu.quality.compare_images`) and, when
     every prompt is a caption of the shapes data set, the adherence of each (reference included,
     under ``"reference"``)."""
-    from sdaccel.cpu import quality
 
     scored = bool(prompts) and all(dataset.is_caption(p) for p in prompts)
     costs = {}
@@ -166,7 +167,6 @@ def decoder_cost(
     and, when every prompt is a caption of the shapes data set, the adherence of each
     (``adherence``, ``vae_adherence``). With both decode times (seconds per image), ``decode_x``:
     how many times faster the tiny autoencoder decodes."""
-    from sdaccel.cpu import quality
 
     if len(vae_images) != len(tiny_images) or not vae_images:
         raise ValueError(
@@ -202,9 +202,6 @@ def parameters(folder: str | os.PathLike, component: str = "", prefix: str = "")
     """Parameters of the weights in ``folder/component`` whose names start with ``prefix``
     (``"decoder."``: the decoder of a VAE or of a tiny autoencoder), read from the safetensors
     headers without loading a tensor."""
-    import math
-
-    from sdaccel.core.checkpoint import open_weights
 
     weights = open_weights(folder, component)
     return sum(math.prod(weights.shape(k)) for k in weights.keys() if k.startswith(prefix))
@@ -249,7 +246,6 @@ def shapes_toy(model_id: str | os.PathLike) -> tuple[Path, Path]:
     """The repository's trained shapes checkpoint of ``model_id``'s family (SDXL or SD 1.x, read
     from its ``model_index.json``) and its distilled LCM-LoRA folder: ``checkpoints/tiny-shapes-sdxl``
     and ``-lcm-lora`` beside it. Where the SD 1.x one has no adapter, the SDXL pair."""
-    from sdaccel.core.checkpoint import resolve_checkpoint
 
     repo = Path(__file__).resolve().parents[3] / "checkpoints"
     index = read_json(resolve_checkpoint(model_id, components=[]) / "model_index.json")

@@ -18,7 +18,7 @@ of a call grows with that work, its CPU seconds much less):
   figure from measured parts (encode + steps x one step + decode) where a full run would not fit
   the time, and says so.
   (The FLOPs and time floor of the TPU program, which the script adds to its table, are
-  :func:`sdaccel.tpu.plan.unet_row_flops` and :func:`sdaccel.tpu.plan.tpu_floor`.)
+  :func:`sdaccel.tpu.plan_floor.unet_row_flops` and :func:`sdaccel.tpu.plan_floor.tpu_floor`.)
 - :func:`read_table` reads the JSON that ``benchmarks/bench_whole_image.py`` writes into rows to
   show (the rows' keys and order: :mod:`sdaccel.course.whole_image_rows`, which the script
   imports too), each with its ratio to the PyTorch fp32 row of the same file; :func:`markdown_table`,
@@ -407,6 +407,48 @@ def read_table(source: str | os.PathLike | dict, quality: str | os.PathLike | di
     of :data:`QUALITY_FILES`): each row gets ``adherence`` and ``psnr_vs_f32``, those of its recipe
     on the trained toy (``None`` for a recipe the toy did not run), and the table ``quality``:
     ``{"checkpoint", "prompts", "isa", "command"}`` (``None`` without quality)."""
+    # 1. The results, from a path or as given
+    source = _load_results(source)
+    settings, machine = source["settings"], source["machine"]
+    toy = read_quality(quality, settings.get("model"))
+    # 2. The baseline every ratio is taken against: the PyTorch fp32 row of the same file
+    base_row = source["rows"].get(BASELINE, {})
+    base = (base_row.get("median") or {}) if base_row.get("ok") else {}
+    baseline_s, baseline_cpu_s = base.get("image_s"), base.get("cpu_s")
+    # 3. Each row, in the tables' order
+    keys = sorted(source["rows"], key=lambda k: (row_order(k), k))
+    rows = {
+        key: {
+            **_table_row(key, source["rows"][key], settings, baseline_s, baseline_cpu_s),
+            **_quality_of(toy, key, settings),
+        }
+        for key in keys
+    }
+    # 4. Whether other work shared the CPU while a row ran
+    cores = machine.get("logical_cores")
+    shared = any(
+        row["ok"] and row["load_avg"] and cores and max(row["load_avg"]) > cores + SHARED_LOAD_MARGIN
+        for row in rows.values()
+    )
+    return {
+        "machine": {
+            "cpu": machine.get("cpu") or "unknown CPU",
+            "logical_cores": cores,
+            "flags": machine.get("cpu_flags") or {},
+        },
+        "settings": settings,
+        "command": source.get("command"),
+        "baseline_s": baseline_s,
+        "baseline_cpu_s": baseline_cpu_s,
+        "has_cpu_s": any(row["cpu_s"] is not None for row in rows.values()),
+        "shared_cpu": bool(shared),
+        "quality": _quality_header(toy),
+        "rows": rows,
+    }
+
+
+def _load_results(source: str | os.PathLike | dict) -> dict:
+    """A ``bench_whole_image.py`` JSON from its path (or as given), refused without its parts."""
     where = "the given dict"
     if not isinstance(source, dict):
         where = str(source)
@@ -423,69 +465,52 @@ def read_table(source: str | os.PathLike | dict, quality: str | os.PathLike | di
             f"{where} is not a benchmarks/bench_whole_image.py JSON: it has no {missing} "
             f"(it has {sorted(source)})."
         )
-    settings, machine = source["settings"], source["machine"]
-    toy = read_quality(quality, settings.get("model"))
-    keys = sorted(source["rows"], key=lambda k: (row_order(k), k))
-    base_row = source["rows"].get(BASELINE, {})
-    baseline_s = (base_row.get("median") or {}).get("image_s") if base_row.get("ok") else None
-    baseline_cpu_s = (base_row.get("median") or {}).get("cpu_s") if base_row.get("ok") else None
-    cores = machine.get("logical_cores")
-    rows, shared = {}, False
-    for key in keys:
-        raw = source["rows"][key]
-        median = raw.get("median") or {}
-        ok = bool(raw.get("ok")) and median.get("image_s") is not None
-        error = raw.get("error") or (None if ok else "no whole-image time recorded")
-        precision = raw.get("precision") or {}
-        load = raw.get("load_avg")
-        if ok and load and cores and max(load) > cores + SHARED_LOAD_MARGIN:
-            shared = True
-        image_s = median.get("image_s") if ok else None
-        cpu_s = median.get("cpu_s") if ok else None
-        composed = raw.get("composed") or median.get("composed")
-        composed = {"from_steps": list(composed["from_steps"])} if composed else None
-        title = raw.get("title") or key
-        if composed and "(composed" not in title:
-            title += composed_label(composed)
-        rows[key] = {
-            "title": title,
-            "composed": composed,
-            "ok": ok,
-            "error": None if ok else error,
-            "steps": settings.get("few_steps") if is_few_step(key) else settings.get("steps"),
-            "image_s": image_s,
-            **{part: (median.get(part) if ok else None) for part in PARTS},
-            "x_torch_fp32": None if image_s is None or baseline_s is None else baseline_s / image_s,
-            "cpu_s": cpu_s,
-            "x_torch_fp32_cpu": None if None in (cpu_s, baseline_cpu_s) else baseline_cpu_s / cpu_s,
-            "precision": precision.get("unet", precision.get("all")),
-            "unet_batch": raw.get("unet_batch"),
-            "compile_s": raw.get("compile_s"),
-            "unet_layers": raw.get("unet_layers"),
-            "load_avg": load,
-            **_quality_of(toy, key, settings),
-        }
+    return source
+
+
+def _table_row(
+    key: str, raw: dict, settings: dict, baseline_s: float | None, baseline_cpu_s: float | None
+) -> dict:
+    """One row of :func:`read_table` from the JSON's ``raw`` row (without its quality columns)."""
+    median = raw.get("median") or {}
+    ok = bool(raw.get("ok")) and median.get("image_s") is not None
+    error = raw.get("error") or (None if ok else "no whole-image time recorded")
+    precision = raw.get("precision") or {}
+    image_s = median.get("image_s") if ok else None
+    cpu_s = median.get("cpu_s") if ok else None
+    composed = raw.get("composed") or median.get("composed")
+    composed = {"from_steps": list(composed["from_steps"])} if composed else None
+    title = raw.get("title") or key
+    if composed and "(composed" not in title:
+        title += composed_label(composed)
     return {
-        "machine": {
-            "cpu": machine.get("cpu") or "unknown CPU",
-            "logical_cores": cores,
-            "flags": machine.get("cpu_flags") or {},
-        },
-        "settings": settings,
-        "command": source.get("command"),
-        "baseline_s": baseline_s,
-        "baseline_cpu_s": baseline_cpu_s,
-        "has_cpu_s": any(row["cpu_s"] is not None for row in rows.values()),
-        "shared_cpu": shared,
-        "quality": None
-        if toy is None
-        else {
-            "checkpoint": Path(toy.get("checkpoint", "the toy")).name,
-            "prompts": toy["config"].get("prompts"),
-            "isa": (toy.get("machine") or {}).get("isa"),
-            "command": toy.get("command"),
-        },
-        "rows": rows,
+        "title": title,
+        "composed": composed,
+        "ok": ok,
+        "error": None if ok else error,
+        "steps": settings.get("few_steps") if is_few_step(key) else settings.get("steps"),
+        "image_s": image_s,
+        **{part: (median.get(part) if ok else None) for part in PARTS},
+        "x_torch_fp32": None if image_s is None or baseline_s is None else baseline_s / image_s,
+        "cpu_s": cpu_s,
+        "x_torch_fp32_cpu": None if None in (cpu_s, baseline_cpu_s) else baseline_cpu_s / cpu_s,
+        "precision": precision.get("unet", precision.get("all")),
+        "unet_batch": raw.get("unet_batch"),
+        "compile_s": raw.get("compile_s"),
+        "unet_layers": raw.get("unet_layers"),
+        "load_avg": raw.get("load_avg"),
+    }
+
+
+def _quality_header(toy: dict | None) -> dict | None:
+    """The table's ``quality``: where the toy's adherence columns come from (``None`` without)."""
+    if toy is None:
+        return None
+    return {
+        "checkpoint": Path(toy.get("checkpoint", "the toy")).name,
+        "prompts": toy["config"].get("prompts"),
+        "isa": (toy.get("machine") or {}).get("isa"),
+        "command": toy.get("command"),
     }
 
 

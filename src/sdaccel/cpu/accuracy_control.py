@@ -36,10 +36,10 @@ Two recipes, with the knobs of :mod:`sdaccel.cpu.quantize`:
     already more than ``max_drop`` the recipe cannot meet the bound and says so.
 
 In one piece only: the restorer works on one graph and the validation runs the whole UNet, so
-:func:`~sdaccel.cpu.quantize.quantize_in_parts` does not combine with it. ``max_memory_gb``
+:func:`~sdaccel.cpu.quantize_parts.quantize_in_parts` does not combine with it. ``max_memory_gb``
 refuses, before any work, a UNet whose quantization is expected to need more.
 
-The result is written like :func:`sdaccel.cpu.quantize.quantize_ir`'s (a working folder beside
+The result is written like :func:`sdaccel.cpu.quantize_parts.quantize_ir`'s (a working folder beside
 ``dst_xml``, moved into place at the end): a refused request, a bound that cannot be met or a
 failure leaves ``dst_xml`` as it was.
 """
@@ -54,24 +54,22 @@ import re
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from unittest import mock
 
 from sdaccel.core.staging import check_writable, require_free_space
+from sdaccel.cpu.ir_files import RESULT_XML, ir_workspace, publish_ir, reporting_full_disk, save_ir
 from sdaccel.cpu.quantize import (
-    RESULT_XML,
     SENSITIVE_LAYER_PATTERNS,
     check_calibration,
     describe_ir,
-    estimate_peak_gb,
     ignored_scope_of,
     ir_size_bytes,
-    ir_workspace,
-    publish_ir,
     read_model,
-    reporting_full_disk,
     smooth_quant_parameters,
     unmatched_patterns,
     weighted_matmul_and_gather_names,
 )
+from sdaccel.cpu.quantize_parts import estimate_peak_gb
 
 #: The recipes the search can run (:data:`sdaccel.cpu.quantize.VARIANTS` less weight-only INT8,
 #: which has no activation quantizer to revert).
@@ -89,7 +87,7 @@ def check_request(variant: str, max_drop: float, validation_items, validate) -> 
     if variant not in VARIANTS:
         raise ValueError(
             f"unknown accuracy-control variant {variant!r}; expected one of {VARIANTS} "
-            "(int8_weights has no activation quantizer to revert: use sdaccel.cpu.quantize.quantize_ir)"
+            "(int8_weights has no activation quantizer to revert: use sdaccel.cpu.quantize_parts.quantize_ir)"
         )
     if isinstance(max_drop, bool) or not isinstance(max_drop, int | float) or not 0 < max_drop < 1:
         raise ValueError(
@@ -175,7 +173,7 @@ def check_memory(src_xml, variant: str, max_memory_gb: float | None) -> None:
             f"Quantizing {src_xml} ({variant}) is expected to peak at {need:.1f} GiB, above "
             f"max_memory_gb={max_memory_gb}; accuracy control cannot quantize in parts (the "
             "restorer works on one graph and validates the whole UNet). Use a machine with more "
-            "memory, or plain INT8 in parts (sdaccel.cpu.quantize.quantize_ir(parts=...))."
+            "memory, or plain INT8 in parts (sdaccel.cpu.quantize_parts.quantize_ir(parts=...))."
         )
 
 
@@ -234,7 +232,6 @@ def recording_search() -> Iterator[dict]:
     ``plain_quantizers`` (activation quantizers of the plain INT8 model) and ``report`` (the
     ``QuantizationAccuracyRestorerReport``, which NNCF only logs; absent when plain INT8 already
     met the bound)."""
-    from unittest import mock
 
     from nncf.quantization.algorithms.accuracy_control.algorithm import QuantizationAccuracyRestorer
     from nncf.quantization.algorithms.accuracy_control.evaluator import Evaluator
@@ -412,8 +409,8 @@ def quantize_with_accuracy_control(
 
     Args:
         variant: ``"full_int8"`` or ``"hybrid"`` (module docstring: what hybrid can restore).
-        calibration: UNet inputs, as for :func:`sdaccel.cpu.quantize.quantize_ir` (a
-            :class:`~sdaccel.cpu.quantize.CalibrationSet` or its folder, or a list of input dicts).
+        calibration: UNet inputs, as for :func:`sdaccel.cpu.quantize_parts.quantize_ir` (a
+            :class:`~sdaccel.cpu.calibration.CalibrationSet` or its folder, or a list of input dicts).
         validation_items, validate: ``validate(compiled_model, items)`` scores a compiled UNet on
             some of ``validation_items``, higher is better: a float, or ``(float, per-item
             floats)`` (module docstring). It is run on the f32 model first: a function that returns
@@ -438,11 +435,7 @@ def quantize_with_accuracy_control(
     import nncf
 
     # 1. Check the request, then the validation function on the f32 model
-    items = check_request(variant, max_drop, validation_items, validate)
-    data = check_calibration(calibration, variant)
-    if not Path(src_xml).is_file():
-        raise FileNotFoundError(f"No IR at {src_xml}: export the UNet first (sdaccel.cpu.export).")
-    check_writable(Path(dst_xml).parent)
+    items, data = check_inputs(src_xml, dst_xml, variant, calibration, max_drop, validation_items, validate)
     check_memory(src_xml, variant, max_memory_gb)
     nncf.set_log_level(log_level)
     model = read_model(src_xml)
@@ -451,17 +444,7 @@ def quantize_with_accuracy_control(
 
     # 2. The starting model: hybrid compresses the MatMul weights, and leaves the rest of the bound
     start, scope = prepare(model, variant, ignored)
-    budget = max_drop
-    if variant == "hybrid":
-        report["metric_weights_only"] = metric_of(start, validate, items)[0]
-        budget = max_drop - (metric_f32 - report["metric_weights_only"])
-        if budget <= 0:
-            raise ValueError(
-                f"max_drop={max_drop} cannot be met by hybrid: compressing the MatMul weights alone "
-                f"drops the metric by {metric_f32 - report['metric_weights_only']:.4f}, and the search "
-                "can only revert activation quantizers. Use variant='full_int8' or a larger max_drop."
-            )
-        report["search_max_drop"] = budget
+    budget = search_budget(start, report, validate, items)
 
     # 3. The search, then the result checked against the bound, saved and moved into place
     search = dict(
@@ -474,26 +457,60 @@ def quantize_with_accuracy_control(
     with reporting_full_disk(f"Quantizing {src_xml} ({variant}, accuracy control)"):
         with ir_workspace(dst_xml) as work:
             require_free_space(work.parent, ir_size_bytes(src_xml), f"the {variant} IR of {src_xml}")
-            tick = time.perf_counter()
-            result, record = run_search(start, data, items, validate, budget, variant, scope, search)
-            search_s = time.perf_counter() - tick
-            found = reverted(record)
-            metric = metric_of(result, validate, items)[0]
-            if metric_f32 - metric > max_drop or found["removed_all"]:
-                raise impossible_bound(max_drop, metric_f32 - metric, found, search)
-            from sdaccel.cpu.export import save_ir
-
+            result, measured = checked_search(start, data, items, validate, budget, scope, search, report)
             save_ir(result, work / RESULT_XML, compress_to_fp16=False)
             publish_ir(work / RESULT_XML, dst_xml)
-    return {
-        **report,
+
+    # 4. The report: the metrics, what was reverted, the saved model's quantizers and size
+    saved = {**describe_ir(dst_xml), "size_bytes": ir_size_bytes(dst_xml)}
+    return {**report, **measured, **saved, "settings": search}
+
+
+def check_inputs(src_xml, dst_xml, variant: str, calibration, max_drop: float, validation_items, validate):
+    """The validation items and calibration data of :func:`quantize_with_accuracy_control`, after
+    checking the request, the source IR and that ``dst_xml``'s folder is writable."""
+    items = check_request(variant, max_drop, validation_items, validate)
+    data = check_calibration(calibration, variant)
+    if not Path(src_xml).is_file():
+        raise FileNotFoundError(f"No IR at {src_xml}: export the UNet first (sdaccel.cpu.export).")
+    check_writable(Path(dst_xml).parent)
+    return items, data
+
+
+def search_budget(start, report: dict, validate, items) -> float:
+    """The drop left to the search: ``max_drop``, less, for hybrid, what compressing the MatMul
+    weights of ``start`` already cost (recorded in ``report``); a ValueError where nothing is left."""
+    max_drop, metric_f32 = report["max_drop"], report["metric_f32"]
+    if report["variant"] != "hybrid":
+        return max_drop
+    report["metric_weights_only"] = metric_of(start, validate, items)[0]
+    budget = max_drop - (metric_f32 - report["metric_weights_only"])
+    if budget <= 0:
+        raise ValueError(
+            f"max_drop={max_drop} cannot be met by hybrid: compressing the MatMul weights alone "
+            f"drops the metric by {metric_f32 - report['metric_weights_only']:.4f}, and the search "
+            "can only revert activation quantizers. Use variant='full_int8' or a larger max_drop."
+        )
+    report["search_max_drop"] = budget
+    return budget
+
+
+def checked_search(start, data, items, validate, budget: float, scope, search: dict, report: dict):
+    """Run the search (:func:`run_search`) from ``start`` and measure its result again: the model
+    and what it measured, or :func:`impossible_bound`'s ValueError where the bound is not met."""
+    max_drop, metric_f32 = report["max_drop"], report["metric_f32"]
+    tick = time.perf_counter()
+    result, record = run_search(start, data, items, validate, budget, report["variant"], scope, search)
+    search_s = time.perf_counter() - tick
+    found = reverted(record)
+    metric = metric_of(result, validate, items)[0]
+    if metric_f32 - metric > max_drop or found["removed_all"]:
+        raise impossible_bound(max_drop, metric_f32 - metric, found, search)
+    return result, {
         "metric_plain": record["metrics"].get("quantized"),
         "metric": metric,
         "drop": metric_f32 - metric,
         **found,
         "search_s": search_s,
         "fake_quantize_plain": record.get("plain_quantizers"),
-        **describe_ir(dst_xml),
-        "size_bytes": ir_size_bytes(dst_xml),
-        "settings": search,
     }

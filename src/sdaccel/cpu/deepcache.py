@@ -64,7 +64,7 @@ every step in place of the pipeline's UNet::
     images = pipe(prompts, steps=20, deepcache=cache).images
     cache.calls  # {'full': 7, 'shallow': 13} for one prompt (Euler: one UNet call per step)
 
-**INT8**: :func:`quantize_deepcache` quantizes both IRs with :func:`sdaccel.cpu.quantize.quantize_ir`.
+**INT8**: :func:`quantize_deepcache` quantizes both IRs with :func:`sdaccel.cpu.quantize_parts.quantize_ir`.
 The full IR calibrates on the UNet's captured inputs as they are. The shallow IR also needs
 ``cached``: it is computed by running the floating-point full IR on each calibration sample, i.e.
 the sample's own step stands in for the last full step before it, a close proxy since cached
@@ -88,18 +88,14 @@ import numpy as np
 
 from sdaccel.core.checkpoint import CheckpointError, read_config, read_json, resolve_checkpoint
 from sdaccel.core.staging import check_writable, replace_json, staged_folder
+from sdaccel.cpu.calibration import CalibrationSet
+from sdaccel.cpu.convert import fix_dims, load_torch_component, name_ports, trace_to_ov, unet_example
 from sdaccel.cpu.export import MANIFEST as EXPORT_MANIFEST
-from sdaccel.cpu.export import (
-    MODEL_XML,
-    check_source,
-    fix_dims,
-    load_torch_component,
-    name_ports,
-    save_ir,
-    source_fingerprint,
-    trace_to_ov,
-    unet_example,
-)
+from sdaccel.cpu.export import MODEL_XML, check_source, source_fingerprint
+from sdaccel.cpu.ir_files import save_ir
+from sdaccel.cpu.quality import compile_f32
+from sdaccel.cpu.quantize import check_calibration
+from sdaccel.cpu.quantize_parts import quantize_ir
 
 #: The folder inside an export folder that holds the two IRs, and their sub-folders.
 FOLDER = "unet_deepcache"
@@ -136,7 +132,7 @@ def check_cut(cut: str) -> str:
 
 def lever_name(interval: int, cut: str = "block") -> str:
     """How the stacks name DeepCache at ``interval`` N with ``cut`` (:mod:`sdaccel.toy.stack_quality`'s
-    rows, :func:`sdaccel.cpu.benchmark.compose_stack`'s): ``"DeepCache N=3"``, ``"DeepCache N=2
+    rows, :func:`sdaccel.tools.measure.speedups.compose_stack`'s): ``"DeepCache N=3"``, ``"DeepCache N=2
     (layer cut)"``."""
     return f"DeepCache N={interval}" + ("" if check_cut(cut) == "block" else f" ({cut} cut)")
 
@@ -358,15 +354,13 @@ def quantize_deepcache(
     has the stacks' choice per cut) into ``dst`` (same layout) with :func:`quantize_ir`; the others
     are copied as they are.
 
-    ``calibration`` is a :class:`~sdaccel.cpu.quantize.CalibrationSet` (or its folder) of captured
-    UNet inputs (:func:`~sdaccel.cpu.quantize.collect_unet_inputs`); ``None`` for
+    ``calibration`` is a :class:`~sdaccel.cpu.calibration.CalibrationSet` (or its folder) of captured
+    UNet inputs (:func:`~sdaccel.cpu.calibration.collect_unet_inputs`); ``None`` for
     ``int8_weights``. The full IR uses them as they are. For the shallow IR each sample gets the
     ``cached`` feature that the f32 full IR computes from that same sample (a proxy for the
     feature of the last full step, see the module doc). Returns :func:`quantize_ir`'s report per
     quantized part.
     """
-    from sdaccel.cpu.quality import compile_f32
-    from sdaccel.cpu.quantize import CalibrationSet, check_calibration, quantize_ir
 
     folder, dst = Path(folder), Path(dst)
     if isinstance(parts, str) or not parts or set(parts) - set(PARTS):

@@ -1,10 +1,7 @@
-"""Export a diffusers checkpoint to OpenVINO IR, component by component.
+"""Export a diffusers checkpoint to OpenVINO IR, component by component, into one folder.
 
-OpenVINO runs a model from its *intermediate representation* (IR): an ``.xml`` file with the graph
-and a ``.bin`` file with the weights. ``openvino.convert_model`` makes one from a PyTorch module
-by tracing it once on example inputs, so this module wraps each diffusers/transformers module in a
-small ``torch.nn.Module`` whose ``forward`` takes and returns plain tensors, converts it, names the
-inputs and outputs, and saves it.
+Each component is converted by :mod:`sdaccel.cpu.convert` (one PyTorch module -> one ``ov.Model``,
+with the input and output names GenAI looks up) and saved by :func:`sdaccel.cpu.ir_files.save_ir`.
 
 The folder written here has the layout that optimum-intel writes and that
 ``openvino_genai.Text2ImagePipeline`` loads, so the same export runs in our Python pipeline
@@ -21,66 +18,55 @@ The folder written here has the layout that optimum-intel writes and that
     vae_encoder/    openvino_model.xml/.bin + config.json (image-to-image only)
     sdaccel_export.json                     what was exported, how, and the sizes
 
-The names of inputs and outputs are the contract with GenAI (see its ``unet_inference.hpp``,
-``clip_text_model.cpp`` and ``autoencoder_kl.cpp``):
-
-=============== ============================================================ =====================================
-component       inputs                                                       outputs
-=============== ============================================================ =====================================
-text_encoder    ``input_ids`` i64 [B, 77]                                    ``last_hidden_state``, ``pooler_output``,
-                                                                             ``hidden_states.0`` ... ``hidden_states.N``
-text_encoder_2  ``input_ids`` i64 [B, 77]                                    ``text_embeds`` (output 0!),
-                                                                             ``last_hidden_state``, ``hidden_states.*``
-unet            ``sample`` f32 [B, 4, h, w], ``timestep`` i64 [1],           ``out_sample`` f32 [B, 4, h, w]
-                ``encoder_hidden_states`` f32 [B, 77, D],
-                SDXL: ``text_embeds`` f32 [B, 1280], ``time_ids`` f32 [B, 6]
-vae_decoder     ``latent_sample`` f32 [B, 4, h, w]                           ``sample`` f32 [B, 3, 8h, 8w]
-vae_encoder     ``sample`` f32 [B, 3, H, W]                                  ``latent_parameters`` (mean and logvar)
-=============== ============================================================ =====================================
-
-GenAI reads the SDXL prompt embeddings as output number ``num_hidden_layers + 1`` of both text
-encoders, which is ``hidden_states[-2]`` only with the output order above; and it passes the
-timestep as an ``int64`` tensor of shape ``[1]`` that the UNet broadcasts over the batch.
-
 Shapes are dynamic (``?``) except the channel dimensions. :func:`reshape_static` fixes batch and
 image size, which lets the CPU plugin pick kernels for one shape ahead of time.
 """
 
 from __future__ import annotations
 
-import contextlib
-import errno
 import gc
+import hashlib
 import json
 import logging
+import math
 import os
 import shutil
+import struct
 import time
-import warnings
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
+
+from tqdm.auto import tqdm
 
 from sdaccel.core.checkpoint import CheckpointError, read_config, read_defaults, read_json, resolve_checkpoint
 from sdaccel.core.contract import Defaults, size_multiple, vae_scale_factor
 from sdaccel.core.faults import fault_point
 from sdaccel.core.staging import (
     clear_leftovers,
-    free_bytes,
     link_tree,
     replace_json,
     require_free_space,
     staged_folder,
     writer_lock,
 )
+from sdaccel.cpu.convert import (
+    DETOKENIZER_XML,
+    TOKENIZER_XML,
+    convert_text_encoder,
+    convert_tokenizer,
+    convert_unet,
+    convert_vae_decoder,
+    convert_vae_encoder,
+    load_torch_component,
+)
+from sdaccel.cpu.ir_files import read_ir, save_ir
 from sdaccel.cpu.lora_export import check_lora, fuse_into_torch, lora_settings
 
 log = logging.getLogger(__name__)
 
 #: File names inside each component folder (the ones GenAI opens).
 MODEL_XML = "openvino_model.xml"
-TOKENIZER_XML = "openvino_tokenizer.xml"
-DETOKENIZER_XML = "openvino_detokenizer.xml"
 MANIFEST = "sdaccel_export.json"
 
 #: The pipelines we know how to export, and the exported components of each, in export order.
@@ -142,157 +128,6 @@ def pipeline_class(folder: str | os.PathLike) -> str:
             "(Stable Diffusion 1.x/2.x and SDXL)."
         )
     return name
-
-
-def trace_to_ov(module, example: dict):
-    """Trace ``module`` on ``example`` (a dict: input name -> tensor) and convert it to ``ov.Model``.
-
-    OpenVINO's PyTorch frontend records the module with TorchScript tracing (the route
-    optimum-intel takes; ``torch.export`` programs convert too, but need every dynamic dimension
-    declared). Tracing runs ``forward`` once and keeps the operations, so Python branches on
-    shapes are frozen at the example's values. ``convert_model`` would trace with
-    ``check_trace=True``, running the module twice more to compare; this decoder traces once. All
-    dimensions come out dynamic (``?``).
-    """
-    import openvino as ov
-    import torch
-    from openvino.frontend.pytorch.ts_decoder import TorchScriptPythonDecoder
-
-    with torch.no_grad(), warnings.catch_warnings():
-        # shape checks in diffusers/transformers become constants of the trace, which is what we
-        # want for the fixed 77-token prompts and channel counts; the warnings only say so
-        warnings.simplefilter("ignore", torch.jit.TracerWarning)
-        warnings.filterwarnings("ignore", message=".*torch.jit.trace", category=DeprecationWarning)
-        decoder = TorchScriptPythonDecoder(module, example_input=example, trace_kwargs={"check_trace": False})
-        return ov.convert_model(decoder, example_input=example)
-
-
-def name_ports(model, inputs: Iterable[str], outputs: Iterable[str]):
-    """Give the IR's inputs and outputs exactly these tensor names (GenAI looks them up by name)."""
-    for port, name in zip(model.inputs, inputs, strict=True):
-        port.get_tensor().set_names({name})
-        port.get_node().set_friendly_name(name)
-    for port, name in zip(model.outputs, outputs, strict=True):
-        port.get_tensor().set_names({name})
-    return model
-
-
-def fix_dims(model, dims: dict[str, dict[int, int]]):
-    """Make the named dimensions of the inputs static (channels, hidden sizes); the rest stay ``?``."""
-    import openvino as ov
-
-    shapes = {}
-    for port in model.inputs:
-        shape = ov.PartialShape(port.get_partial_shape())
-        for axis, size in dims.get(port.get_any_name(), {}).items():
-            shape[axis] = size
-        shapes[port.get_any_name()] = shape
-    model.reshape(shapes)
-    return model
-
-
-# ----------------------------------------------------------------------------------------------
-# Converters: one PyTorch module -> one ov.Model
-# ----------------------------------------------------------------------------------------------
-
-
-def convert_text_encoder(model, max_length: int = 77):
-    """A transformers ``CLIPTextModel`` / ``CLIPTextModelWithProjection`` -> ``ov.Model``."""
-    import torch
-
-    from sdaccel.cpu.torch_modules import TextEncoder
-
-    with_projection = hasattr(model, "text_projection")
-    layers = model.config.num_hidden_layers
-    # any ids trace the same graph (pooling finds the EOS by argmax or by id, decided by the config)
-    ids = torch.arange(2 * max_length, dtype=torch.int64).reshape(2, max_length) % model.config.vocab_size
-    ov_model = trace_to_ov(TextEncoder(model, with_projection), {"input_ids": ids})
-    first = (
-        ["text_embeds", "last_hidden_state"] if with_projection else ["last_hidden_state", "pooler_output"]
-    )
-    outputs = first + [f"hidden_states.{i}" for i in range(layers + 1)]
-    return name_ports(ov_model, ["input_ids"], outputs)
-
-
-def unet_example(cfg, size: int, sequence_length: int = 77) -> tuple[dict, dict]:
-    """Example UNet inputs for a trace (batch 2, ``size x size`` latents, named as GenAI expects)
-    and the dimensions to keep static in the IR (channels, hidden sizes; the rest stay ``?``)."""
-    import torch
-
-    example = {
-        "sample": torch.randn(2, cfg.in_channels, size, size),
-        "timestep": torch.tensor([999], dtype=torch.int64),
-        "encoder_hidden_states": torch.randn(2, sequence_length, cfg.cross_attention_dim),
-    }
-    dims = {
-        "sample": {1: cfg.in_channels},
-        "timestep": {0: 1},
-        "encoder_hidden_states": {2: cfg.cross_attention_dim},
-    }
-    if cfg.addition_embed_type == "text_time":
-        text_embeds = cfg.projection_class_embeddings_input_dim - 6 * cfg.addition_time_embed_dim
-        example["text_embeds"] = torch.randn(2, text_embeds)
-        example["time_ids"] = torch.tensor(
-            [[size * 8, size * 8, 0, 0, size * 8, size * 8]] * 2, dtype=torch.float32
-        )
-        dims.update({"text_embeds": {1: text_embeds}, "time_ids": {1: 6}})
-    elif cfg.addition_embed_type is not None:
-        raise CheckpointError(f"UNet addition_embed_type={cfg.addition_embed_type!r} is not supported.")
-    if cfg.time_cond_proj_dim is not None:  # an LCM UNet: the guidance-scale embedding
-        example["timestep_cond"] = torch.randn(2, cfg.time_cond_proj_dim)
-        dims["timestep_cond"] = {1: cfg.time_cond_proj_dim}
-    return example, dims
-
-
-def convert_unet(unet, example_size: int = 32, sequence_length: int = 77):
-    """A diffusers ``UNet2DConditionModel`` (SD or SDXL) -> ``ov.Model`` with GenAI's port names.
-
-    The trace runs once on a ``example_size``-sized latent; sizes are dynamic in the result.
-    """
-    from sdaccel.cpu.torch_modules import UNet
-
-    example, dims = unet_example(unet.config, min(example_size, unet.config.sample_size), sequence_length)
-    ov_model = trace_to_ov(UNet(unet), example)
-    name_ports(ov_model, list(example), ["out_sample"])
-    return fix_dims(ov_model, dims)
-
-
-def convert_vae_decoder(vae, example_size: int = 16):
-    import torch
-
-    from sdaccel.cpu.torch_modules import VAEDecoder
-
-    channels = vae.config.latent_channels
-    ov_model = trace_to_ov(
-        VAEDecoder(vae), {"latent_sample": torch.randn(1, channels, example_size, example_size)}
-    )
-    name_ports(ov_model, ["latent_sample"], ["sample"])
-    return fix_dims(ov_model, {"latent_sample": {1: channels}})
-
-
-def convert_vae_encoder(vae, example_size: int = 128):
-    import torch
-
-    from sdaccel.cpu.torch_modules import VAEEncoder
-
-    channels = vae.config.in_channels
-    ov_model = trace_to_ov(VAEEncoder(vae), {"sample": torch.randn(1, channels, example_size, example_size)})
-    name_ports(ov_model, ["sample"], ["latent_parameters"])
-    return fix_dims(ov_model, {"sample": {1: channels}})
-
-
-def convert_tokenizer(src: Path, dst: Path) -> None:
-    """Copy the HF tokenizer files and add OpenVINO tokenizer/detokenizer models (for GenAI)."""
-    from openvino_tokenizers import convert_tokenizer as ov_convert_tokenizer
-    from transformers import AutoTokenizer
-
-    dst.mkdir(parents=True, exist_ok=True)
-    for path in src.iterdir():
-        if path.is_file():
-            shutil.copy2(path, dst / path.name)
-    tokenizer, detokenizer = ov_convert_tokenizer(AutoTokenizer.from_pretrained(src), with_detokenizer=True)
-    save_ir(tokenizer, dst / TOKENIZER_XML, compress_to_fp16=True)  # ov.save_model's default
-    save_ir(detokenizer, dst / DETOKENIZER_XML, compress_to_fp16=True)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -405,110 +240,6 @@ def is_static(model) -> bool:
 # ----------------------------------------------------------------------------------------------
 
 
-def unfinished_ir_files(xml: str | os.PathLike) -> list[Path]:
-    """The temporary files of a save of the IR ``xml`` (:func:`save_ir`) that never finished:
-    ``<stem>.tmp.xml`` and ``<stem>.tmp.bin`` beside it."""
-    xml = Path(xml)
-    return [
-        p for p in (xml.with_name(xml.stem + ".tmp.xml"), xml.with_name(xml.stem + ".tmp.bin")) if p.exists()
-    ]
-
-
-def save_ir(model, xml: Path, compress_to_fp16: bool) -> None:
-    """Save ``model`` as the IR ``xml`` (and its ``.bin``) so that a reader never takes a
-    half-written one.
-
-    1. Remove what an earlier, interrupted save of ``xml`` left (:func:`unfinished_ir_files`).
-    2. Save to ``<stem>.tmp.xml`` / ``.tmp.bin``: a model read from ``xml`` (whose weights are
-       memory-mapped) can be saved back over it. A failure here removes them; the old pair stays.
-    3. Rename the ``.bin``, then the ``.xml``, into place. No rename moves two files at once: a
-       process killed between the two leaves the new ``.bin`` beside the old ``.xml``, with the new
-       ``.xml`` still under its temporary name, which is how :func:`check_ir` knows to refuse the
-       pair. Any other failure there (Ctrl-C) still makes the second rename: both files are whole.
-    """
-    import openvino as ov
-
-    # 1. What an interrupted save left
-    xml = Path(xml)
-    tmp, tmp_bin = xml.with_name(xml.stem + ".tmp.xml"), xml.with_name(xml.stem + ".tmp.bin")
-    for path in unfinished_ir_files(xml):
-        path.unlink()
-
-    # 2. The new pair under temporary names
-    try:
-        ov.save_model(model, tmp, compress_to_fp16=compress_to_fp16)
-        os.replace(tmp_bin, xml.with_suffix(".bin"))
-    except BaseException as error:
-        full = isinstance(error, RuntimeError) and free_bytes(xml.parent) < 2**20
-        tmp.unlink(missing_ok=True)
-        tmp_bin.unlink(missing_ok=True)
-        if full:  # OpenVINO reports a full disk as an iostream error
-            raise OSError(
-                errno.ENOSPC,
-                f"{os.strerror(errno.ENOSPC)} while saving {xml} (OpenVINO: {str(error).strip()}). Free "
-                "some space (old exports and build/ folders are safe to delete) or choose an output "
-                "folder on another disk.",
-            ) from error
-        raise
-
-    # 3. The .bin is in place: its .xml must follow
-    try:
-        fault_point("export.ir-between-renames")
-    finally:
-        os.replace(tmp, xml)
-
-
-def check_ir(xml: str | os.PathLike) -> Path:
-    """Raise :class:`CheckpointError`, naming the file and the fix, unless ``xml`` and its ``.bin``
-    are a whole pair that :func:`save_ir` finished; return ``xml`` as a ``Path``.
-
-    Three checks, all without reading the weights: both files are there; no unfinished save of
-    this IR is beside it (:func:`unfinished_ir_files`: its ``.bin`` may then belong to another
-    ``.xml``); the ``.bin`` is as long as the ``.xml`` says its weights are (a file cut short by a
-    full disk or a broken copy)."""
-    xml = Path(xml)
-    binary = xml.with_suffix(".bin")
-    fix = (
-        "Make it again: export_pipeline(..., force=True) for an exported model, or run again the "
-        "quantization (or other step) that saved it"
-    )
-    if not xml.is_file() or not binary.is_file():
-        missing = xml if not xml.is_file() else binary
-        raise CheckpointError(f"Missing {missing}: the IR {xml} is incomplete. {fix}.")
-    unfinished = unfinished_ir_files(xml)
-    if unfinished:
-        names = ", ".join(p.name for p in unfinished)
-        raise CheckpointError(
-            f"{xml} has {names} beside it: a save of this IR was interrupted (or is still running), "
-            f"so its .xml and .bin may not match. {fix} (that save removes {names})."
-        )
-    needed = ir_weight_bytes(xml)
-    size = binary.stat().st_size
-    if size < needed:
-        raise CheckpointError(
-            f"{binary} is shorter ({size:,} bytes) than its {xml.name} needs ({needed:,} bytes): it was "
-            f"cut short (a full disk, an interrupted copy). {fix}."
-        )
-    return xml
-
-
-def ir_weight_bytes(xml: str | os.PathLike) -> int:
-    """The bytes of the ``.bin`` that the IR ``xml`` reads: the end of its last constant."""
-    import re
-
-    text = Path(xml).read_text(errors="replace")
-    ends = (int(offset) + int(size) for offset, size in re.findall(r'offset="(\d+)"\s+size="(\d+)"', text))
-    return max(ends, default=0)
-
-
-def read_ir(xml: str | os.PathLike, core=None):
-    """``core.read_model(xml)`` (a new ``ov.Core`` by default) after :func:`check_ir`: an IR that
-    an interrupted save or a cut-short file left is refused with the fix, not read."""
-    import openvino as ov
-
-    return (core or ov.Core()).read_model(str(check_ir(xml)))
-
-
 def _component_files(component: str) -> tuple[str, ...]:
     if component.startswith("tokenizer"):
         return (TOKENIZER_XML, DETOKENIZER_XML)
@@ -582,7 +313,6 @@ def local_export_name(src: Path, weight_dtype: str, root: Path) -> str:
     notebook 07's ``<name>-lcm-lora``), or it holds anything else, the name carries the first 12
     hex digits of the sha256 of its absolute path: ``local--<folder name>-<digest>-<weight_dtype>``. An
     export already made under that name is kept there, so a checkpoint's folder does not move."""
-    import hashlib
 
     short = f"local--{src.name}-{weight_dtype}"
     digest = f"local--{src.name}-{hashlib.sha256(str(src).encode()).hexdigest()[:12]}-{weight_dtype}"
@@ -665,25 +395,9 @@ def export_pipeline(
     The PyTorch modules are loaded in float32, one at a time, and freed after their conversion,
     so the peak memory is about that of the largest component (the UNet) plus its IR.
     """
-    import openvino as ov
-
-    # 1. Check the inputs (before anything is read or written)
-    if weight_dtype not in ("fp32", "fp16"):
-        raise ValueError(f"weight_dtype must be 'fp32' or 'fp16', got {weight_dtype!r}.")
-    src = resolve_checkpoint(src)
-    kind = pipeline_class(src)
-    everything = PIPELINE_COMPONENTS[kind]
-    names = check_components(kind, components)
-    dst = Path(dst)
-    static = StaticShape.coerce(static)
-    if static is not None:
-        check_static_shape(static, checkpoint_defaults(src).size_multiple)
-    adapters = check_lora(src, lora) if lora else []
-    settings = {
-        "weight_dtype": weight_dtype,
-        "static": asdict(static) if static else None,
-        "lora": lora_settings(adapters),
-    }
+    # 1. Check the request (before anything is read or written)
+    request = check_export_request(src, components, static, weight_dtype, lora)
+    src, names, dst = request.src, request.names, Path(dst)
 
     # 2. One writer of dst at a time: a second one waits here, then finds the first one's export
     with writer_lock(dst):
@@ -691,7 +405,7 @@ def export_pipeline(
 
         # 3. What dst holds: nothing, a finished export to keep or add to, or something to refuse
         old = {} if force else _reusable_manifest(dst, src)
-        if old and _already_exported(dst, src, names, old, settings):
+        if old and _already_exported(dst, src, names, old, request.settings):
             return dst
         todo = [n for n in names if not (old and _component_complete(dst, n))]
 
@@ -706,26 +420,65 @@ def export_pipeline(
             if old:  # keep what is there (hard links: no copy of the weights, the originals untouched)
                 link_tree(dst, stage, skip={*todo, "model_index.json", "scheduler", MANIFEST})
             _copy_index_and_scheduler(src, stage)
-            timings = _export_components(
-                src, stage, todo, static, weight_dtype, vae_config, max_length, adapters, progress
-            )
-
+            timings = _export_components(src, stage, todo, request, vae_config, max_length, progress)
             # 6. The manifest: what was exported, how, and the sizes
-            exported = set(old.get("components", [])) | set(names)
-            replace_json(
-                stage / MANIFEST,
-                {
-                    "source": str(src.resolve()),  # absolute: recognised from any working folder
-                    "source_fingerprint": source_fingerprint(src),
-                    "pipeline": kind,
-                    "components": [c for c in everything if c in exported],
-                    "export_seconds": old.get("export_seconds", {}) | timings,
-                    "sizes": export_sizes(stage),
-                    "openvino": ov.get_version(),
-                    **settings,
-                },
-            )
+            write_manifest(stage, request, old, old.get("export_seconds", {}) | timings)
     return dst
+
+
+@dataclass(frozen=True)
+class ExportRequest:
+    """What :func:`export_pipeline` was asked to export, checked: the checkpoint folder, its
+    pipeline class, the components, the static shape (or ``None``), the LoRA adapters resolved
+    by :func:`sdaccel.cpu.lora_export.check_lora`, and the settings the manifest records."""
+
+    src: Path
+    kind: str
+    names: tuple[str, ...]
+    static: StaticShape | None
+    adapters: list
+    settings: dict
+
+
+def check_export_request(src, components, static, weight_dtype: str, lora) -> ExportRequest:
+    """:func:`export_pipeline`'s arguments checked, before anything is read or written: the weight
+    precision, the checkpoint, the components, the static shape and the LoRA adapters."""
+    if weight_dtype not in ("fp32", "fp16"):
+        raise ValueError(f"weight_dtype must be 'fp32' or 'fp16', got {weight_dtype!r}.")
+    src = resolve_checkpoint(src)
+    kind = pipeline_class(src)
+    names = check_components(kind, components)
+    static = StaticShape.coerce(static)
+    if static is not None:
+        check_static_shape(static, checkpoint_defaults(src).size_multiple)
+    adapters = check_lora(src, lora) if lora else []
+    settings = {
+        "weight_dtype": weight_dtype,
+        "static": asdict(static) if static else None,
+        "lora": lora_settings(adapters),
+    }
+    return ExportRequest(src, kind, names, static, adapters, settings)
+
+
+def write_manifest(stage: Path, request: ExportRequest, old: dict, timings: dict[str, float]) -> None:
+    """The manifest of the new export in ``stage``: what was exported (with what the old export
+    ``old`` held), how, the seconds of each component and the sizes."""
+    import openvino as ov
+
+    exported = set(old.get("components", [])) | set(request.names)
+    replace_json(
+        stage / MANIFEST,
+        {
+            "source": str(request.src.resolve()),  # absolute: recognised from any working folder
+            "source_fingerprint": source_fingerprint(request.src),
+            "pipeline": request.kind,
+            "components": [c for c in PIPELINE_COMPONENTS[request.kind] if c in exported],
+            "export_seconds": timings,
+            "sizes": export_sizes(stage),
+            "openvino": ov.get_version(),
+            **request.settings,
+        },
+    )
 
 
 #: The checkpoint folder each exported component is converted from, and the prefixes of its
@@ -764,8 +517,6 @@ def weight_values(folder: Path, prefixes: tuple[str, ...] | None = None) -> int:
     variant: the files without a variant such as ``.fp16`` when there are any), counting only the
     tensors whose names start with one of ``prefixes`` when given. A file whose header cannot be
     read counts its size in bytes divided by 4."""
-    import math
-    import struct
 
     files = sorted(folder.glob("*.safetensors"))
     plain = [f for f in files if "." not in f.name.removesuffix(".safetensors")]
@@ -833,22 +584,23 @@ def _export_components(
     src: Path,
     stage: Path,
     todo: Sequence[str],
-    static,
-    weight_dtype: str,
+    request: ExportRequest,
     vae_config: dict,
     max_length: int,
-    adapters: Sequence,
     progress: bool,
 ) -> dict[str, float]:
-    """Convert each of ``todo`` into ``stage`` (:func:`_export_component`); seconds of each."""
-    from tqdm.auto import tqdm
+    """Convert each of ``todo`` into ``stage`` (:func:`_export_component`) as ``request`` says;
+    seconds of each."""
 
     timings = {}
     bar = tqdm(todo, desc="export", unit="component", disable=not progress)
     for name in bar:
         bar.set_postfix_str(name)
         start = time.perf_counter()
-        _export_component(src, stage / name, name, static, weight_dtype, vae_config, max_length, adapters)
+        weight_dtype = request.settings["weight_dtype"]
+        _export_component(
+            src, stage / name, name, request.static, weight_dtype, vae_config, max_length, request.adapters
+        )
         timings[name] = time.perf_counter() - start
         fault_point("export.component-saved")  # one component written, the next not yet
     return timings
@@ -914,7 +666,6 @@ def _reusable_manifest(dst: Path, src: Path) -> dict:
 def source_fingerprint(src: Path) -> str:
     """A digest of a checkpoint folder's configs and weights (path, size, modification time):
     it changes when the checkpoint is retrained or replaced in place."""
-    import hashlib
 
     digest = hashlib.sha256()
     for path in sorted(Path(src).rglob("*")):
@@ -938,41 +689,3 @@ def check_source(manifest: dict, src: Path, dst: Path) -> None:
             f"{src} has changed since it was exported to {dst} (its files are not the ones exported). "
             "Pass force=True to export it again."
         )
-
-
-@contextlib.contextmanager
-def no_loading_bars() -> Iterator[None]:
-    """transformers' and diffusers' progress bars hidden while the block loads weights, and put back
-    as they were after. Every ``from_pretrained`` draws a bar over the tensors or components it
-    reads ("Loading weights: 100%|...| 52/52"), which a notebook keeps as a line of its output once
-    the load is done: noise in a cell whose lesson is the export or the comparison, not the load."""
-    from diffusers.utils import logging as diffusers_logging
-    from transformers.utils import logging as transformers_logging
-
-    libraries = (transformers_logging, diffusers_logging)
-    shown = [library.is_progress_bar_enabled() for library in libraries]
-    for library in libraries:
-        library.disable_progress_bar()
-    try:
-        yield
-    finally:
-        for library, was_shown in zip(libraries, shown, strict=True):
-            if was_shown:
-                library.enable_progress_bar()
-
-
-def load_torch_component(src: Path, name: str):
-    """The PyTorch module behind an exported component, in float32 and eval mode."""
-    import torch
-
-    if name.startswith("text_encoder"):
-        import transformers
-
-        cls = getattr(transformers, read_json(src / "model_index.json")[name][1])
-        with no_loading_bars():
-            return cls.from_pretrained(src / name, dtype=torch.float32).eval()
-    from diffusers import AutoencoderKL, UNet2DConditionModel
-
-    if name == "unet":
-        return UNet2DConditionModel.from_pretrained(src / "unet", dtype=torch.float32).eval()
-    return AutoencoderKL.from_pretrained(src / "vae", dtype=torch.float32).eval()

@@ -26,10 +26,12 @@ import time
 from pathlib import Path
 
 import numpy as np
+from PIL import Image
 
 from sdaccel.core.checkpoint import CheckpointError, read_config, read_defaults, resolve_tiny_vae
 from sdaccel.core.contract import GenerationResult, check_inputs, make_timings, scheduler_class_name
-from sdaccel.cpu.export import MODEL_XML, StaticShape, check_ir
+from sdaccel.cpu.export import MODEL_XML, StaticShape
+from sdaccel.cpu.ir_files import check_ir
 from sdaccel.cpu.precision import CANDIDATES, choose_precision, device_capabilities, quantized_hint
 from sdaccel.cpu.tiny_vae import with_tiny_decoder
 
@@ -194,7 +196,6 @@ class GenAIPipeline:
         inference), ``unet_step_median_s`` and ``vae_decoder_s``.
         """
         import openvino_genai
-        from PIL import Image
 
         request = check_inputs(
             prompts, negative_prompts, steps, guidance_scale, height, width, seed, defaults=self.defaults

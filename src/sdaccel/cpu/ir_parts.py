@@ -2,7 +2,7 @@
 
 Quantizing the whole SDXL UNet at once needs about twice the model in memory: NNCF builds an f32
 copy of the graph to collect statistics while the source stays mapped. Quantized one part at a
-time, the peak follows the largest part instead (:func:`sdaccel.cpu.quantize.quantize_in_parts`).
+time, the peak follows the largest part instead (:func:`sdaccel.cpu.quantize_parts.quantize_in_parts`).
 This module is the graph surgery that makes that possible, and nothing else:
 
 * :func:`units` names the blocks of a UNet in the order they run: every ResNet, attention

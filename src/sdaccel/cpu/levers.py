@@ -141,6 +141,7 @@ def time_arms(
     """
     import openvino as ov
 
+    # 1. Check the request; each arm's calls (its inputs, split into units)
     if not arms:
         raise ValueError("time_arms needs at least one arm.")
     if rounds < 1 or warmup < 0:
@@ -165,6 +166,7 @@ def time_arms(
             held[name] = (compiled, request)
         return compiled, request
 
+    # 2. Compile every arm first (when they are kept), then time them interleaved, round after round
     if keep_compiled:
         for name in arms:
             ready(name)
@@ -184,6 +186,21 @@ def time_arms(
             if not keep_compiled:
                 del compiled, request
                 gc.collect()
+
+    # 3. Medians, speedups and output differences against the first arm
+    first = summarize_arms(rows, outputs, arms)
+    return {
+        "reference": first,
+        "rounds": rounds,
+        "warmup": warmup,
+        "keep_compiled": keep_compiled,
+        "arms": rows,
+    }
+
+
+def summarize_arms(rows: dict[str, dict], outputs: dict[str, np.ndarray], arms: dict[str, Arm]) -> str:
+    """Add to each arm's row of :func:`time_arms` its medians, its speedups over the first arm, how
+    far its output is from the first arm's, and its settings; return the first arm's name."""
     first = next(iter(arms))
     for name, row in rows.items():
         row["s_per_call"] = statistics.median(row["times"])
@@ -195,13 +212,7 @@ def time_arms(
         row["output_abs_max"] = float(np.abs(outputs[first]).max())
         row["config"] = {k: str(v) for k, v in arms[name].config.items()}
         row.update(static=arms[name].static, split=arms[name].split)
-    return {
-        "reference": first,
-        "rounds": rounds,
-        "warmup": warmup,
-        "keep_compiled": keep_compiled,
-        "arms": rows,
-    }
+    return first
 
 
 def runtime_arms(cores: int) -> dict[str, Arm]:

@@ -15,12 +15,20 @@ Two steps, so that a bad adapter is refused before any export file is written:
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Sequence
 from pathlib import Path
 
 from sdaccel.core.checkpoint import open_weights
-from sdaccel.core.lora_files import COMPONENTS, LoraAdapter, LoraError, resolve_adapters
+from sdaccel.core.lora_files import (
+    COMPONENTS,
+    LoraAdapter,
+    LoraError,
+    LoraLayer,
+    resolve_adapters,
+    save_kohya,
+)
 
 #: Token and position tables: 2-D weights that no LoRA layer of ours updates.
 _EMBEDDINGS = ("token_embedding.weight", "position_embedding.weight")
@@ -97,9 +105,6 @@ def save_genai_adapter(adapter: LoraAdapter, path: str | os.PathLike, sdxl: bool
     ``alpha = r``): ``AdapterConfig.add(Adapter(path), scale)`` then applies what
     ``fuse_lora(..., [(adapter, scale)])`` fuses. The layers left out (3x3 convolutions, the text
     encoders, names GenAI does not map) need the fused export instead."""
-    import dataclasses
-
-    from sdaccel.core.lora_files import LoraLayer, save_kohya
 
     kept, dropped = {}, []
     for component, layers in adapter.layers.items():

@@ -50,7 +50,14 @@ from pathlib import Path
 
 import numpy as np
 
-from sdaccel.core.checkpoint import CheckpointError, read_config, read_defaults, read_json, resolve_tiny_vae
+from sdaccel.core.checkpoint import (
+    CheckpointError,
+    read_config,
+    read_defaults,
+    read_json,
+    resolve_checkpoint,
+    resolve_tiny_vae,
+)
 from sdaccel.core.contract import (
     GenerationResult,
     check_inputs,
@@ -60,15 +67,15 @@ from sdaccel.core.contract import (
     to_pil,
     unscale_latents,
 )
+from sdaccel.cpu.convert import no_loading_bars
 from sdaccel.cpu.export import (
     MODEL_XML,
     PIPELINE_COMPONENTS,
     StaticShape,
-    no_loading_bars,
-    read_ir,
     reshape_static,
     vae_scale_factor_of,
 )
+from sdaccel.cpu.ir_files import read_ir
 from sdaccel.cpu.precision import (
     CANDIDATES,
     choose_precision,
@@ -274,7 +281,7 @@ class OVPipeline:
         return self.compile_config_for("unet")
 
     def _compile(self, component_or_model, name: str):
-        """Read (if a component name or a path; :func:`sdaccel.cpu.export.read_ir` refuses an IR
+        """Read (if a component name or a path; :func:`sdaccel.cpu.ir_files.read_ir` refuses an IR
         that an interrupted save left), reshape when static, compile with the compile properties
         of the component loaded as ``name`` (see :meth:`_load`)."""
         import openvino as ov
@@ -605,8 +612,6 @@ def run_diffusers(
     ``init_noise_sigma``, as :meth:`OVPipeline.prepare_latents` returns them)."""
     import torch
     from diffusers import DiffusionPipeline
-
-    from sdaccel.core.checkpoint import resolve_checkpoint
 
     folder = resolve_checkpoint(src)
     # components that resolve_checkpoint does not download (SD 1.5's safety checker) are left out

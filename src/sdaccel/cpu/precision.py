@@ -54,7 +54,8 @@ from sdaccel.core.checkpoint import CheckpointError, read_config, read_defaults,
 from sdaccel.core.env import cpu_features, cpu_model
 from sdaccel.core.faults import fault_point
 from sdaccel.core.staging import clear_leftovers, replace_json, writer_lock
-from sdaccel.cpu.export import MODEL_XML, StaticShape, check_ir, read_ir, reshape_static, vae_scale_factor_of
+from sdaccel.cpu.export import MODEL_XML, StaticShape, reshape_static, vae_scale_factor_of
+from sdaccel.cpu.ir_files import check_ir, read_ir
 
 log = logging.getLogger(__name__)
 

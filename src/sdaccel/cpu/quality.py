@@ -24,6 +24,7 @@ import os
 from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
+from PIL import Image, ImageDraw
 
 
 def _as_uint8(image) -> np.ndarray:
@@ -116,7 +117,7 @@ def unet_relative_error(reference, variant, inputs: Iterable[Mapping[str, np.nda
 
     ``reference``/``variant`` are compiled models, ``ov.Model`` s or IR paths (the latter two are
     compiled with :func:`compile_f32`). ``inputs`` are UNet input dicts, e.g. those captured
-    with :func:`sdaccel.cpu.quantize.collect_unet_inputs` over one generation: the result is then
+    with :func:`sdaccel.cpu.calibration.collect_unet_inputs` over one generation: the result is then
     the error per denoising step.
     """
     import openvino as ov
@@ -165,7 +166,6 @@ def comparison_grid(
     every image is resized to (the width follows the first image's aspect ratio; nearest-neighbour,
     so tiny images stay crisp).
     """
-    from PIL import Image, ImageDraw
 
     rows = {
         name: [im if hasattr(im, "save") else Image.fromarray(_as_uint8(im).squeeze()) for im in row]

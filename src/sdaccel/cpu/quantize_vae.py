@@ -34,27 +34,18 @@ from pathlib import Path
 
 import numpy as np
 
+from sdaccel.core.contract import unscale_latents
 from sdaccel.core.staging import check_writable, require_free_space
-from sdaccel.cpu.quantize import (
-    RESULT_XML,
-    VARIANTS,
-    describe_ir,
-    ir_size_bytes,
-    ir_workspace,
-    publish_ir,
-    quantize_variant,
-    read_model,
-    reporting_full_disk,
-)
+from sdaccel.cpu.ir_files import RESULT_XML, ir_workspace, publish_ir, reporting_full_disk, save_ir
+from sdaccel.cpu.quantize import VARIANTS, describe_ir, ir_size_bytes, quantize_variant, read_model
 
-#: The decoder's input (as exported by :func:`sdaccel.cpu.export.convert_vae_decoder`).
+#: The decoder's input (as exported by :func:`sdaccel.cpu.convert.convert_vae_decoder`).
 INPUT = "latent_sample"
 
 
 def decoder_inputs(latents, vae_config: dict) -> np.ndarray:
     """Diffusion latents ``[n, C, h, w]`` -> what the decoder reads (``/ scaling_factor``, and the
     per-channel mean/std where the VAE has them), float32."""
-    from sdaccel.core.contract import unscale_latents
 
     return np.ascontiguousarray(
         unscale_latents(
@@ -111,16 +102,14 @@ def quantize_vae_decoder(
 
     Everything is checked before any work (variant, source IR, calibration latents against the
     decoder's input, that ``dst_xml``'s folder can be written); then, as the only writer of
-    ``dst_xml`` (:func:`sdaccel.cpu.quantize.ir_workspace`: a second quantization of it waits),
+    ``dst_xml`` (:func:`sdaccel.cpu.ir_files.ir_workspace`: a second quantization of it waits),
     that its disk has room for the result (about the size of the source IR). The IR is saved in a
     hidden working folder beside ``dst_xml`` and moved into place at the end
-    (:func:`sdaccel.cpu.quantize.publish_ir`): a failure, a Ctrl-C or a kill leaves the old decoder
+    (:func:`sdaccel.cpu.ir_files.publish_ir`): a failure, a Ctrl-C or a kill leaves the old decoder
     or the new one, never a part. Returns the time, the size on disk and the counts of
     :func:`sdaccel.cpu.quantize.describe_ir`.
     """
     import nncf
-
-    from sdaccel.cpu.export import save_ir
 
     if variant not in VARIANTS:
         raise ValueError(f"unknown INT8 variant {variant!r}; expected one of {VARIANTS}")

@@ -28,6 +28,7 @@ import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
 import numpy as np
+from tqdm.auto import tqdm
 
 from sdaccel.core.tables import markdown_table
 from sdaccel.cpu import quality, quantize
@@ -118,7 +119,7 @@ def rank_groups(
         reference: the float UNet (an ``ov.Model``, a compiled model or an IR path).
         quantized: its :func:`quantize_for_ranking` model.
         inputs: held-out UNet input dicts (not the calibration ones), e.g. from
-            :func:`sdaccel.cpu.quantize.collect_unet_inputs` on other prompts.
+            :func:`sdaccel.cpu.calibration.collect_unet_inputs` on other prompts.
         score: optional, ``score(compiled_unet) -> float`` where higher is better (the adherence
             of images generated with that UNet); rows are then ordered by it first.
         groups: only these groups (default: every group of :func:`quantizer_groups`); an unknown
@@ -128,7 +129,6 @@ def rank_groups(
     median relative error of the UNet's output (:func:`sdaccel.cpu.quality.unet_relative_error`),
     ``score`` ``None`` without ``score``.
     """
-    from tqdm.auto import tqdm
 
     inputs = list(inputs)
     if not inputs:

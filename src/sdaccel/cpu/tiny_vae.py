@@ -36,16 +36,16 @@ from sdaccel.core.checkpoint import (
     read_json,
 )
 from sdaccel.core.staging import link_tree, replace_json, staged_folder
+from sdaccel.cpu.convert import convert_vae_decoder
 from sdaccel.cpu.export import (
     MANIFEST,
     MODEL_XML,
     StaticShape,
-    convert_vae_decoder,
     reshape_static,
-    save_ir,
     source_fingerprint,
     vae_scale_factor_of,
 )
+from sdaccel.cpu.ir_files import save_ir
 
 #: The component folder of the tiny decoder inside an export.
 TINY_DECODER = "vae_decoder_tiny"

@@ -31,9 +31,9 @@ height and width fixed in the IR (the batch stays dynamic), and refuses any othe
     <export>/unet_tome/ratio-0.5-512x512/tome.json            what was merged, and from what
 
 and run by swapping it into a pipeline: ``pipe.replace_unet(folder / "openvino_model.xml")``.
-:func:`measure` measures the quality cost on a trained shapes checkpoint (prompt adherence,
-PSNR/SSIM against the unmerged f32 images); ``benchmarks/bench_openvino.py --levers tome`` the
-speed on the real SD 1.5 UNet.
+:func:`sdaccel.toy.tome_quality.measure` measures the quality cost on a trained shapes checkpoint
+(prompt adherence, PSNR/SSIM against the unmerged f32 images); ``benchmarks/bench_openvino.py
+--levers tome`` the speed on the real SD 1.5 UNet.
 """
 
 from __future__ import annotations
@@ -43,24 +43,22 @@ import os
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from importlib.metadata import version
 from pathlib import Path
 
 from sdaccel.core.checkpoint import CheckpointError, read_config, read_json, resolve_checkpoint
 from sdaccel.core.staging import check_writable, replace_json, staged_folder
+from sdaccel.cpu.convert import fix_dims, load_torch_component, name_ports, trace_to_ov, unet_example
+from sdaccel.cpu.deepcache import convert_full, convert_shallow
 from sdaccel.cpu.export import MANIFEST as EXPORT_MANIFEST
 from sdaccel.cpu.export import (
     MODEL_XML,
     check_source,
     checkpoint_defaults,
-    fix_dims,
-    load_torch_component,
-    name_ports,
-    save_ir,
     source_fingerprint,
-    trace_to_ov,
-    unet_example,
     vae_scale_factor_of,
 )
+from sdaccel.cpu.ir_files import save_ir
 
 #: The folder inside an export folder that holds the merged UNets, and each one's manifest.
 FOLDER = "unet_tome"
@@ -199,7 +197,7 @@ def convert_tome_unet(unet, ratio: float, latent_height: int, latent_width: int,
 
     Traced at ``latent_height x latent_width`` (the merge's sizes are fixed there), which the IR
     keeps as static height and width; the batch stays dynamic. Ports are named as the plain UNet's
-    (:func:`sdaccel.cpu.export.convert_unet`). ``unet`` is left unpatched afterwards.
+    (:func:`sdaccel.cpu.convert.convert_unet`). ``unet`` is left unpatched afterwards.
     """
     import torch
 
@@ -234,7 +232,6 @@ def convert_tome_deepcache(
     as :func:`convert_tome_unet` does. The merged blocks sit in the first down block and the last up
     block, so both IRs merge: the shallow one is exactly those blocks. ``unet`` is left unpatched.
     """
-    from sdaccel.cpu.deepcache import convert_full, convert_shallow
 
     ratio = check_ratio(ratio)
     if latent_size < STRIDE:
@@ -286,37 +283,26 @@ def export_tome(
     """
     import openvino as ov
 
+    # 1. Check the request: ratio, weights, size, and the export folder it goes into
     ratio = check_ratio(ratio)
     if weight_dtype not in ("fp32", "fp16"):
         raise ValueError(f"weight_dtype must be 'fp32' or 'fp16', got {weight_dtype!r}.")
     checkpoint = resolve_checkpoint(src, components=["unet", "vae", "text_encoder"])
-    defaults = checkpoint_defaults(checkpoint)
-    height, width = height or defaults.height, width or defaults.width
-    m = defaults.size_multiple
-    if height <= 0 or width <= 0 or height % m or width % m:
-        raise ValueError(
-            f"height and width must be positive multiples of {m} for {checkpoint}, got {height}x{width}."
-        )
-    if deepcache and height != width:
-        raise ValueError(f"token merging with DeepCache takes square images, got {height}x{width}.")
+    height, width = check_tome_size(checkpoint, height, width, deepcache)
     pipeline_manifest = Path(export_dir) / EXPORT_MANIFEST
     if pipeline_manifest.is_file():  # the merged UNet goes next to an export of the same checkpoint
         check_source(read_json(pipeline_manifest), checkpoint, Path(export_dir))
     folder = tome_folder(export_dir, ratio, height, width, deepcache)
-    xmls = [f"{part}/{MODEL_XML}" for part in ("full", "shallow")] if deepcache else [MODEL_XML]
     settings = {"ratio": ratio, "height": height, "width": width, "weight_dtype": weight_dtype}
     settings |= {"deepcache": True} if deepcache else {}
-    if not force and folder.exists():
-        if not (folder / MANIFEST).is_file():
-            raise CheckpointError(
-                f"{folder} holds no finished token-merging export (no {MANIFEST}): pass force=True to replace it."
-            )
-        manifest = read_json(folder / MANIFEST)
-        check_source(manifest, checkpoint, folder)
-        if {k: manifest.get(k) for k in settings} == settings and all((folder / x).is_file() for x in xmls):
-            print(f"{folder} already holds this merged UNet; nothing to do. Pass force=True to export again.")
-            return folder
+
+    # 2. A finished export of the same settings is reused
+    if not force and holds_tome_export(folder, checkpoint, settings):
+        print(f"{folder} already holds this merged UNet; nothing to do. Pass force=True to export again.")
+        return folder
     check_writable(folder)
+
+    # 3. Convert the merged UNet (or DeepCache's two IRs) and save it, with its manifest, whole
     scale = vae_scale_factor_of(checkpoint, "vae")
     sequence_length = read_config(checkpoint, "text_encoder").get("max_position_embeddings", 77)
     unet = load_torch_component(checkpoint, "unet")
@@ -346,12 +332,39 @@ def export_tome(
     return folder
 
 
+def check_tome_size(
+    checkpoint: Path, height: int | None, width: int | None, deepcache: bool
+) -> tuple[int, int]:
+    """The image size of :func:`export_tome` (default: the checkpoint's), checked: positive
+    multiples of the checkpoint's size multiple, and square with DeepCache."""
+    defaults = checkpoint_defaults(checkpoint)
+    height, width = height or defaults.height, width or defaults.width
+    m = defaults.size_multiple
+    if height <= 0 or width <= 0 or height % m or width % m:
+        raise ValueError(
+            f"height and width must be positive multiples of {m} for {checkpoint}, got {height}x{width}."
+        )
+    if deepcache and height != width:
+        raise ValueError(f"token merging with DeepCache takes square images, got {height}x{width}.")
+    return height, width
+
+
+def holds_tome_export(folder: Path, checkpoint: Path, settings: dict) -> bool:
+    """Whether ``folder`` holds a finished :func:`export_tome` of ``checkpoint`` with ``settings``;
+    a CheckpointError where it holds something else (an unfinished export, another checkpoint)."""
+    if not folder.exists():
+        return False
+    if not (folder / MANIFEST).is_file():
+        raise CheckpointError(
+            f"{folder} holds no finished token-merging export (no {MANIFEST}): pass force=True to replace it."
+        )
+    manifest = read_json(folder / MANIFEST)
+    check_source(manifest, checkpoint, folder)
+    parts = ("full", "shallow") if settings.get("deepcache") else (".",)
+    xmls = [folder / part / MODEL_XML for part in parts]
+    return {k: manifest.get(k) for k in settings} == settings and all(xml.is_file() for xml in xmls)
+
+
 def _tomesd_version() -> str:
-    from importlib.metadata import version
 
     return version("tomesd")
-
-
-# ----------------------------------------------------------------------------------------------
-# The quality measurement
-# ----------------------------------------------------------------------------------------------

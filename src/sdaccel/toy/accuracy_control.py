@@ -25,20 +25,35 @@ The toy's seconds are a toy's: they show the direction, not the size, of a real 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 from collections.abc import Mapping, Sequence
+from functools import partial
 from pathlib import Path
 
 import numpy as np
 
-from sdaccel.core.checkpoint import read_config
-from sdaccel.core.tables import markdown_table
-from sdaccel.toy import dataset
+from sdaccel.core.checkpoint import read_config, resolve_checkpoint
+from sdaccel.cpu import accuracy_control, quantize, quantize_parts
+from sdaccel.cpu.export import export_pipeline, text_to_image_components, vae_scale_factor_of
+from sdaccel.cpu.pipeline import OVPipeline
+from sdaccel.cpu.quality import psnr
+from sdaccel.cpu.quantize import time_unet
+from sdaccel.toy import dataset, runner
+from sdaccel.toy.calibration import calibrate_on_training_captions
 from sdaccel.toy.comparison import paired_latents, uint8_images
+from sdaccel.toy.report import finish
+from sdaccel.toy.runner import UNET_COLUMNS, Column, number
 
 #: Weight of the PSNR term of :class:`AdherenceValidation`, and the PSNR (dB) that counts as full.
 PSNR_WEIGHT = 0.002
 PSNR_CAP_DB = 60.0
+#: How every search is validated (recorded in each result's settings).
+HOW = {
+    "metric": "adherence + 0.002 x min(PSNR vs f32, 60 dB) / 60 dB (AdherenceValidation)",
+    "validation_precision": "f32 hint, INT8 layers in INT8 (as NNCF compiles the candidates)",
+    "smooth_quant": "off (a reverted MatMul would keep its smoothed input)",
+}
 
 
 class AdherenceValidation:
@@ -81,7 +96,6 @@ def item_score(image, prompt: str, reference) -> float:
     """One validation item's value (:class:`AdherenceValidation`): 1 when ``image`` shows
     ``prompt``'s colour and shape, plus ``PSNR_WEIGHT`` times its PSNR against ``reference`` (the
     f32 UNet's image from the same noise), capped at ``PSNR_CAP_DB`` and scaled to [0, 1]."""
-    from sdaccel.cpu.quality import psnr
 
     hit = dataset.adherence([image], [prompt])["score"]
     closeness = min(psnr(reference, image), PSNR_CAP_DB) / PSNR_CAP_DB
@@ -108,26 +122,21 @@ def replay_row(variant: str) -> str:
 
 def judge(pipe, unets: dict, prompts, latents, steps: int, guidance_scale: float, size: int) -> dict:
     """Adherence of each UNet on the judging prompts, and PSNR against the first (f32)."""
-    from sdaccel.cpu.quality import compare_images
-
-    call = dict(steps=steps, guidance_scale=guidance_scale, height=size, width=size)
-    rows, reference = {}, None
-    for name, xml in unets.items():
-        pipe.replace_unet(xml)
-        images = uint8_images(pipe.generate(list(prompts), latents=latents, **call).array)
-        reference = images if reference is None else reference
-        pair = compare_images(reference, images)
-        rows[name] = {
-            "adherence": dataset.adherence(images, prompts)["score"],
-            "psnr_mean": None if images is reference else pair["psnr_mean"],
-        }
+    call = dict(steps=steps, guidance_scale=guidance_scale, size=size)
+    table = {name: partial(judged_images, pipe, xml, prompts, latents, call) for name, xml in unets.items()}
+    rows, _ = runner.score(table, prompts, runner.adherence_row, references=list(unets)[:1])
     return rows
+
+
+def judged_images(pipe, unet, prompts, latents, call: dict) -> tuple[list, dict]:
+    """The images of ``prompts`` with ``unet`` in ``pipe``, from ``latents``; nothing else measured."""
+    pipe.replace_unet(unet)
+    return runner.paired_images(pipe, prompts, latents, **call), {}
 
 
 def speeds(rows: dict, unets: dict, sample: dict, iters: int) -> None:
     """Seconds per UNet call of each row (plugin default precision), f32 also at the f32 hint;
     ``x_best_float`` against the faster float."""
-    from sdaccel.cpu.quantize import time_unet
 
     for name, xml in unets.items():
         timed = time_unet(xml, sample, iters=iters)
@@ -159,19 +168,10 @@ def measure(
     ``replay``, the ``search`` of an earlier result (from another CPU, say), skips step 3's search
     and replays its reverted operations instead: ``"search"`` is then ``None``, ``"replayed"`` is
     ``replay``, and there is no accuracy-control row."""
-    from sdaccel.core.checkpoint import resolve_checkpoint
-    from sdaccel.cpu import accuracy_control, quantize
-    from sdaccel.cpu.export import export_pipeline, text_to_image_components, vae_scale_factor_of
-    from sdaccel.cpu.pipeline import OVPipeline
-    from sdaccel.toy.calibration import calibrate_on_training_captions
 
     # 1. The f32 export, its pipeline and the calibration set (checks first: nothing runs for a bad bound)
     accuracy_control.check_request(variant, max_drop, [None], lambda *_: 0.0)
-    if replay is not None and (replay.get("variant") != variant or not replay.get("reverted")):
-        raise ValueError(
-            f"Nothing to replay for {variant}: the result's search ran {replay.get('variant')!r} and "
-            f"reverted {len(replay.get('reverted') or [])} operations; replay a {variant} search that reverted some."
-        )
+    check_replay_of(replay, variant)
     search_prompts, judge_prompts = split_heldout(num_prompts, seed)
     folder = resolve_checkpoint(checkpoint)
     size = read_config(folder, "unet")["sample_size"] * vae_scale_factor_of(folder, "vae")
@@ -198,82 +198,85 @@ def measure(
     if replay is None:
         validate = AdherenceValidation(pipe, search_prompts, noise[:num_prompts], **common)
         controlled = work / f"unet_{variant}_accuracy_control.xml"
-        search = accuracy_control.quantize_with_accuracy_control(
-            unet_xml,
-            controlled,
-            variant,
-            calibration.folder,
-            validate.items,
-            validate,
-            max_drop,
-            subset_size=64,
-            ranking_subset_size=ranking_subset_size,
-            max_num_iterations=max_num_iterations,
-            smooth_quant_alpha=None,
-        )
+        limits = (ranking_subset_size, max_num_iterations)
+        search = run_search(unet_xml, controlled, variant, calibration, validate, max_drop, limits)
         unets[f"{variant}, accuracy control"] = controlled
-    quantize.quantize_ir(unet_xml, plain, variant, calibration.folder, subset_size=64, **knobs)
+    quantize_parts.quantize_ir(unet_xml, plain, variant, calibration.folder, subset_size=64, **knobs)
 
     # 4. The search's result replayed as plain INT8 with its reverted operations ignored: the
     #    recipe a real-size UNet of this layout gets (benchmarks/bench_openvino.py), judged here too
     reverted = (replay or search)["reverted"]
     if reverted:
-        replayed = work / f"unet_{variant}_replayed.xml"
-        ignored = accuracy_control.replay_ignored(reverted)
-        quantize.quantize_ir(
-            unet_xml, replayed, variant, calibration.folder, subset_size=64, ignored=ignored, **knobs
-        )
-        unets[replay_row(variant)] = replayed
+        unets[replay_row(variant)] = quantize_replayed(unet_xml, work, variant, calibration, reverted, knobs)
 
     # 5. Judged on the other half, and timed
     rows = judge(pipe, unets, judge_prompts, noise[num_prompts:], **common)
     speeds(rows, unets, next(iter(calibration)), timing_iters)
-    for name, xml in unets.items():
+    for name, xml in unets.items():  # after the speeds, as the rows have always read
         rows[name]["fake_quantize"] = quantize.describe_ir(xml)["fake_quantize"]
     settings = {
-        "checkpoint": str(checkpoint),
-        "variant": variant,
-        "max_drop": max_drop,
+        **{"checkpoint": str(checkpoint), "variant": variant, "max_drop": max_drop},
         "search_prompts": search_prompts,
         "judge_prompts": num_prompts,
-        "steps": steps,
-        "guidance_scale": guidance_scale,
-        "size": size,
-        "seed": seed,
-        "metric": "adherence + 0.002 x min(PSNR vs f32, 60 dB) / 60 dB (AdherenceValidation)",
-        "validation_precision": "f32 hint, INT8 layers in INT8 (as NNCF compiles the candidates)",
-        "smooth_quant": "off (a reverted MatMul would keep its smoothed input)",
+        **{**common, "seed": seed},  # steps, guidance_scale, size, seed
+        **HOW,
     }
     return {"settings": settings, "search": search, "replayed": replay, "rows": rows}
+
+
+def check_replay_of(replay: Mapping | None, variant: str) -> None:
+    """Refuse a replayed search of another recipe, or one that reverted nothing."""
+    if replay is not None and (replay.get("variant") != variant or not replay.get("reverted")):
+        raise ValueError(
+            f"Nothing to replay for {variant}: the result's search ran {replay.get('variant')!r} and "
+            f"reverted {len(replay.get('reverted') or [])} operations; replay a {variant} search that reverted some."
+        )
+
+
+def quantize_replayed(unet_xml: Path, work: Path, variant: str, calibration, reverted, knobs: dict) -> Path:
+    """Step 4: plain INT8 of ``variant`` with the ``reverted`` operations ignored (and the plain
+    row's ``knobs``); returns the IR's path."""
+
+    replayed = work / f"unet_{variant}_replayed.xml"
+    ignored = accuracy_control.replay_ignored(reverted)
+    quantize_parts.quantize_ir(
+        unet_xml, replayed, variant, calibration.folder, subset_size=64, ignored=ignored, **knobs
+    )
+    return replayed
+
+
+def run_search(unet_xml, controlled, variant: str, calibration, validate, max_drop: float, limits) -> dict:
+    """Step 3's search (:func:`sdaccel.cpu.accuracy_control.quantize_with_accuracy_control`) of
+    ``unet_xml`` into ``controlled``, SmoothQuant off; ``limits``: the ranking subset size and the
+    most iterations."""
+
+    ranking_subset_size, max_num_iterations = limits
+    return accuracy_control.quantize_with_accuracy_control(
+        unet_xml,
+        controlled,
+        variant,
+        calibration.folder,
+        validate.items,
+        validate,
+        max_drop,
+        subset_size=64,
+        ranking_subset_size=ranking_subset_size,
+        max_num_iterations=max_num_iterations,
+        smooth_quant_alpha=None,
+    )
 
 
 def format_table(result: dict) -> str:
     """The rows (adherence on the judging prompts, PSNR, FakeQuantize, UNet call, x best float),
     then what the search reverted."""
     s, search, replayed = result["settings"], result["search"], result.get("replayed")
-    rows = [
-        [
-            name,
-            f"{row['adherence']:.3f}",
-            "-" if row["psnr_mean"] is None else f"{row['psnr_mean']:.1f}",
-            row["fake_quantize"],
-            f"{1000 * row['unet_s']:.2f} ms ({row['precision']})",
-            f"{row['x_best_float']:.2f}x",
-        ]
-        for name, row in result["rows"].items()
+    columns = [
+        Column("UNet", runner.name_cell, "l"),
+        Column(f"adherence ({s['judge_prompts']} other held-out prompts)", number("adherence", ".3f")),
+        *UNET_COLUMNS,
+        Column("x best float", lambda name, row: f"{row['x_best_float']:.2f}x"),
     ]
-    table = markdown_table(
-        [
-            "UNet",
-            f"adherence ({s['judge_prompts']} other held-out prompts)",
-            "PSNR vs f32 dB",
-            "FakeQuantize",
-            "UNet call",
-            "x best float",
-        ],
-        rows,
-        align="lrrrrr",
-    )
+    table = runner.format_table(result["rows"], columns)
     if replayed is not None:
         found_on = replayed.get("found_on", "an earlier run")
         return (
@@ -297,7 +300,6 @@ def format_table(result: dict) -> str:
 def replayed_search(path: str | os.PathLike) -> dict | str:
     """The ``search`` of a JSON this module wrote, with the CPU it was found on (``found_on``), or
     what is wrong with the file."""
-    import json
 
     try:
         found = json.loads(Path(path).read_text())
@@ -346,7 +348,6 @@ def main(argv: list[str] | None = None) -> dict:
         replay = replayed_search(args.replay)
         if isinstance(replay, str):
             parser.error(f"--replay: {replay}")
-    from sdaccel.toy.report import finish
 
     work = Path(args.work_dir or Path("build") / "accuracy_control" / Path(args.checkpoint).name)
     result = measure(

@@ -33,14 +33,30 @@ import json
 import os
 import time
 from collections.abc import Sequence
+from functools import cache, partial
 from pathlib import Path
 
 import numpy as np
 
-from sdaccel.core.checkpoint import read_config
-from sdaccel.core.tables import markdown_table
-from sdaccel.toy import dataset
+from sdaccel.core.checkpoint import read_config, resolve_checkpoint
+from sdaccel.core.staging import check_writable
+from sdaccel.cpu import quality, quantize_parts
+from sdaccel.cpu.export import (
+    MODEL_XML,
+    export_pipeline,
+    pipeline_class,
+    text_to_image_components,
+    vae_scale_factor_of,
+)
+from sdaccel.cpu.pipeline import OVPipeline, run_diffusers
+from sdaccel.cpu.quality import compare_images, compile_f32
+from sdaccel.cpu.quantize import SENSITIVE_LAYER_PATTERNS, describe_ir, ir_size_bytes
+from sdaccel.cpu.quantize_vae import VARIANTS as VAE_VARIANTS
+from sdaccel.cpu.quantize_vae import decode, decoder_inputs, quantize_vae_decoder
+from sdaccel.toy import dataset, runner
+from sdaccel.toy.calibration import calibrate_on_training_captions
 from sdaccel.toy.comparison import paired_latents, uint8_images
+from sdaccel.toy.runner import Column
 
 #: What the rows are compared with: the reference, and the pipeline the INT8 UNets replace into.
 REFERENCES = ("torch_fp32", "ov_f32")
@@ -52,7 +68,7 @@ FLOAT_GROUP_VARIANTS = {"full_int8, float resnets": r".*resnets.*"}
 #: The same recipes under the one-word names that row keys and command-line flags use
 #: (``benchmarks/bench_whole_image.py --lcm-variant``, :mod:`sdaccel.toy.whole_image_quality`).
 FLOAT_GROUP_RECIPES = {"full_int8_float_resnets": "full_int8, float resnets"}
-#: The same recipes quantized in parts (:func:`sdaccel.cpu.quantize.quantize_in_parts`): their
+#: The same recipes quantized in parts (:func:`sdaccel.cpu.quantize_parts.quantize_in_parts`): their
 #: rows should match the one-shot ones within the noise.
 PARTS_VARIANTS = {"full_int8 in 3 parts": ("full_int8", 3), "hybrid in 3 parts": ("hybrid", 3)}
 VARIANTS = ("int8_weights", "hybrid", "full_int8", *FLOAT_GROUP_VARIANTS)
@@ -62,7 +78,6 @@ def float_group_ignored(variant: str) -> list[str]:
     """The ignored scope of full INT8 for a recipe of :data:`FLOAT_GROUP_VARIANTS` (or its name in
     :data:`FLOAT_GROUP_RECIPES`): the layers every recipe keeps in float, then the recipe's group.
     The toy's rows and the real-size benchmarks quantize with this one list."""
-    from sdaccel.cpu.quantize import SENSITIVE_LAYER_PATTERNS
 
     name = FLOAT_GROUP_RECIPES.get(variant, variant)
     if name not in FLOAT_GROUP_VARIANTS:
@@ -73,7 +88,6 @@ def float_group_ignored(variant: str) -> list[str]:
 
 def run_torch(folder, prompts, latents, steps: int, guidance_scale: float, size: int) -> list[np.ndarray]:
     """diffusers' PyTorch pipeline, fp32 (the reference)."""
-    from sdaccel.cpu.pipeline import run_diffusers
 
     images = run_diffusers(
         folder,
@@ -105,14 +119,6 @@ def run_jax(folder, prompts, latents, steps: int, guidance_scale: float, size: i
     return uint8_images(result.array)
 
 
-def run_openvino(pipe, prompts, latents, steps: int, guidance_scale: float, size: int) -> list[np.ndarray]:
-    """An :class:`~sdaccel.cpu.pipeline.OVPipeline` (whatever UNet and precision it holds)."""
-    out = pipe.generate(
-        list(prompts), steps=steps, guidance_scale=guidance_scale, height=size, width=size, latents=latents
-    )
-    return uint8_images(out.array)
-
-
 def quantize_unet(
     pipe,
     unet_xml: Path,
@@ -128,8 +134,6 @@ def quantize_unet(
     :func:`sdaccel.toy.calibration.calibrate_on_training_captions` (16 training captions, 64 samples).
     ``recipes``: more full INT8 recipes, name -> the knobs of ``quantize_ir`` (the replayed ones
     of :mod:`sdaccel.toy.replayed_recipes`), quantized after ``variants``."""
-    from sdaccel.cpu import quantize
-    from sdaccel.toy.calibration import calibrate_on_training_captions
 
     recipes = dict(recipes or {})
     calibration = None
@@ -143,15 +147,19 @@ def quantize_unet(
         data = None if variant == "int8_weights" else calibration.folder
         if variant in PARTS_VARIANTS:
             recipe, parts = PARTS_VARIANTS[variant]
-            quantize.quantize_ir(unet_xml, out[variant], recipe, data, subset_size=64, parts=parts)
+            quantize_parts.quantize_ir(unet_xml, out[variant], recipe, data, subset_size=64, parts=parts)
         elif variant in FLOAT_GROUP_VARIANTS:
             ignored = float_group_ignored(variant)
-            quantize.quantize_ir(unet_xml, out[variant], "full_int8", data, subset_size=64, ignored=ignored)
+            quantize_parts.quantize_ir(
+                unet_xml, out[variant], "full_int8", data, subset_size=64, ignored=ignored
+            )
         else:
-            quantize.quantize_ir(unet_xml, out[variant], variant, data, subset_size=64)
+            quantize_parts.quantize_ir(unet_xml, out[variant], variant, data, subset_size=64)
     for name, knobs in recipes.items():
         out[name] = work / f"unet_{name}.xml"
-        quantize.quantize_ir(unet_xml, out[name], "full_int8", calibration.folder, subset_size=64, **knobs)
+        quantize_parts.quantize_ir(
+            unet_xml, out[name], "full_int8", calibration.folder, subset_size=64, **knobs
+        )
     return out
 
 
@@ -175,16 +183,8 @@ def evaluate(
     Returns ``{"config": ..., "rows": {name: {"adherence": ..., "vs_torch_fp32": ...,
     "vs_ov_f32": ..., "seconds": ..., "precision": ...}}, "images": {name: [uint8 arrays]}}``.
     """
-    from sdaccel.core.checkpoint import resolve_checkpoint
-    from sdaccel.cpu import quality
-    from sdaccel.cpu.export import (
-        export_pipeline,
-        pipeline_class,
-        text_to_image_components,
-        vae_scale_factor_of,
-    )
-    from sdaccel.cpu.pipeline import OVPipeline
 
+    # 1. Every input checked, the prompts and their noise
     if "torch_fp32" not in pipelines:
         raise ValueError("pipelines must include 'torch_fp32', the reference every row is compared with.")
     if (variants or recipes) and "ov_f32" not in pipelines:
@@ -193,65 +193,14 @@ def evaluate(
     size = size or read_config(folder, "unet")["sample_size"] * vae_scale_factor_of(folder, "vae")
     prompts = dataset.heldout_prompts(num_prompts, seed=seed)
     latents = paired_latents(folder, num_prompts, size, seed)
-    work = Path(work_dir)
     common = dict(steps=steps, guidance_scale=guidance_scale, size=size)
-    images, seconds, precision = {}, {}, {}
 
-    def timed(name, fn, *args):
-        start = time.perf_counter()
-        images[name] = fn(*args, prompts, latents, **common)
-        seconds[name] = time.perf_counter() - start
-
-    timed("torch_fp32", run_torch, folder)
-    precision["torch_fp32"] = "f32"
-    if "jax_fp32" in pipelines:
-        timed("jax_fp32", run_jax, folder)
-        precision["jax_fp32"] = "f32"
-    export_dir = work / "openvino"
-    if {"ov_f32", "ov_default"} & set(pipelines):
-        export_pipeline(folder, export_dir, components=text_to_image_components(folder), weight_dtype="fp32")
-    if "ov_default" in pipelines:
-        pipe = OVPipeline.from_pretrained(export_dir, precision=None)
-        timed("ov_default", run_openvino, pipe)
-        precision["ov_default"] = pipe.precision
-    if "ov_f32" in pipelines:
-        pipe = OVPipeline.from_pretrained(export_dir, precision="f32")
-        timed("ov_f32", run_openvino, pipe)
-        precision["ov_f32"] = pipe.precision
-        unet_xml = export_dir / "unet" / "openvino_model.xml"
-        quantized = quantize_unet(pipe, unet_xml, work, variants, **common, seed=seed, recipes=recipes)
-        for variant, xml in quantized.items():
-            pipe.replace_unet(xml)
-            timed(variant, run_openvino, pipe)
-            precision[variant] = f"int8+{pipe.precision}"
-        pipe.replace_unet(unet_xml)
-
-    from sdaccel.tpu import schedulers
-
-    sampler = read_config(folder, "scheduler")["_class_name"]
-    jax_sampler = sampler if sampler in schedulers.SCHEDULERS else schedulers.FALLBACK  # see from_config
-    order = [
-        "torch_fp32",
-        "jax_fp32",
-        "ov_f32",
-        "ov_default",
-        *variants,
-        *(recipes or {}),
-    ]  # rows in this order
-    rows = {}
-    for name in sorted(images, key=order.index):
-        imgs = images[name]
-        row = {
-            "adherence": dataset.adherence(imgs, prompts),
-            "precision": precision[name],
-            "sampler": jax_sampler if name == "jax_fp32" else sampler,
-        }
-        for reference in REFERENCES:
-            if reference in images and reference != name:
-                pair = quality.compare_images(images[reference], imgs)
-                row[f"vs_{reference}"] = {k: pair[k] for k in ("psnr_mean", "ssim_mean", "identical")}
-        row["seconds"] = round(seconds[name], 2)
-        rows[name] = row
+    # 2. Every pipeline and INT8 UNet of the table, scored against both references
+    table = configurations(
+        folder, Path(work_dir), pipelines, variants, recipes, prompts, latents, common, seed
+    )
+    order = ["torch_fp32", "jax_fp32", "ov_f32", "ov_default", *variants, *(recipes or {})]
+    rows, images = runner.score(table, prompts, evaluated_row, references=REFERENCES, order=order)
     config = {
         "checkpoint": str(checkpoint),
         "pipeline": pipeline_class(folder),
@@ -265,6 +214,71 @@ def evaluate(
     return {"config": config, "rows": rows, "images": images, "prompts": prompts}
 
 
+def configurations(
+    folder: Path, work: Path, pipelines, variants, recipes, prompts, latents, common, seed
+) -> dict:
+    """The table of :func:`evaluate`, in the order they run (name -> the images of ``prompts`` and
+    their seconds, precision and sampler): PyTorch, JAX, OpenVINO at the default precision and at
+    f32, then each INT8 UNet in the f32 pipeline (quantized once, when the first of them runs)."""
+
+    from sdaccel.tpu import schedulers
+
+    sampler = read_config(folder, "scheduler")["_class_name"]
+    jax_sampler = sampler if sampler in schedulers.SCHEDULERS else schedulers.FALLBACK  # see from_config
+    export_dir = work / "openvino"
+    unet_xml = export_dir / "unet" / "openvino_model.xml"
+
+    def timed(run, *args, precision="f32", sampler=sampler):
+        start = time.perf_counter()
+        images = run(*args, prompts, latents, **common)
+        return images, {"precision": precision, "sampler": sampler, "seconds": time.perf_counter() - start}
+
+    @cache
+    def export():
+        export_pipeline(folder, export_dir, components=text_to_image_components(folder), weight_dtype="fp32")
+
+    @cache
+    def openvino(precision):  # the export (once), and its pipeline at this precision
+        export()
+        return OVPipeline.from_pretrained(export_dir, precision=precision)
+
+    def openvino_row(precision, unet=None):
+        pipe = openvino(precision)
+        if unet is not None:  # an INT8 UNet in the f32 pipeline
+            pipe.replace_unet(quantized()[unet])
+            return timed(runner.paired_images, pipe, precision=f"int8+{pipe.precision}")
+        return timed(runner.paired_images, pipe, precision=pipe.precision)
+
+    @cache
+    def quantized():
+        return quantize_unet(openvino("f32"), unet_xml, work, variants, **common, seed=seed, recipes=recipes)
+
+    table = {"torch_fp32": partial(timed, run_torch, folder)}
+    if "jax_fp32" in pipelines:
+        table["jax_fp32"] = partial(timed, run_jax, folder, sampler=jax_sampler)
+    for name, precision in (("ov_default", None), ("ov_f32", "f32")):
+        if name in pipelines:
+            table[name] = partial(openvino_row, precision)
+    if "ov_f32" in pipelines:
+        table |= {unet: partial(openvino_row, "f32", unet) for unet in [*variants, *(recipes or {})]}
+    return table
+
+
+def evaluated_row(images: list, prompts, measured: dict, against: dict) -> dict:
+    """A row of :func:`evaluate`: the adherence, the precision and sampler that ran, PSNR/SSIM
+    against each reference, the seconds."""
+
+    row = {
+        "adherence": dataset.adherence(images, prompts),
+        **{k: measured[k] for k in ("precision", "sampler")},
+    }
+    for reference, reference_images in against.items():
+        pair = quality.compare_images(reference_images, images)
+        row[f"vs_{reference}"] = {k: pair[k] for k in ("psnr_mean", "ssim_mean", "identical")}
+    row["seconds"] = round(measured["seconds"], 2)
+    return row
+
+
 def different_samplers(result: dict) -> list[str]:
     """Rows whose sampler is not the reference's (the JAX pipeline runs Euler in place of PNDM):
     their PSNR/SSIM against it measure the sampler too, their adherence is still comparable."""
@@ -275,22 +289,28 @@ def different_samplers(result: dict) -> list[str]:
 def format_table(result: dict) -> str:
     """The rows as a Markdown table, then a note on each row that ran another sampler."""
 
-    def pair(row, reference):
-        p = row.get(f"vs_{reference}")
-        if p is None:
-            return "-", "-"
-        psnr = "identical" if p["identical"] == result["config"]["prompts"] else f"{p['psnr_mean']:.1f}"
-        return psnr, f"{p['ssim_mean']:.3f}"
+    def pair(reference, key):
+        def cell(name, row):
+            p = row.get(f"vs_{reference}")
+            if p is None:
+                return "-"
+            if key == "ssim_mean":
+                return f"{p['ssim_mean']:.3f}"
+            return "identical" if p["identical"] == result["config"]["prompts"] else f"{p['psnr_mean']:.1f}"
 
-    header = ["pipeline", "precision", "adherence (colour+shape)", *dataset.ATTRIBUTES]
-    header += ["PSNR vs torch (dB)", "SSIM vs torch", "PSNR vs ov_f32 (dB)", "SSIM vs ov_f32"]
-    rows = []
-    for name, row in result["rows"].items():
-        a = row["adherence"]
-        cells = [name, row["precision"], f"**{a['score']:.3f}**"]
-        cells += [f"{a[k]:.3f}" for k in dataset.ATTRIBUTES]
-        rows.append([*cells, *pair(row, "torch_fp32"), *pair(row, "ov_f32")])
-    lines = [markdown_table(header, rows)]
+        return cell
+
+    columns = [
+        Column("pipeline", runner.name_cell, "l"),
+        Column("precision", lambda name, row: row["precision"], "l"),
+        Column("adherence (colour+shape)", lambda name, row: f"**{row['adherence']['score']:.3f}**", "l"),
+        *(Column(k, runner.number(f"adherence.{k}", ".3f"), "l") for k in dataset.ATTRIBUTES),
+        Column("PSNR vs torch (dB)", pair("torch_fp32", "psnr_mean"), "l"),
+        Column("SSIM vs torch", pair("torch_fp32", "ssim_mean"), "l"),
+        Column("PSNR vs ov_f32 (dB)", pair("ov_f32", "psnr_mean"), "l"),
+        Column("SSIM vs ov_f32", pair("ov_f32", "ssim_mean"), "l"),
+    ]
+    lines = [runner.format_table(result["rows"], columns)]
     for name in different_samplers(result):
         lines.append(
             f"\n{name} ran {result['rows'][name]['sampler']} (the checkpoint's "
@@ -328,14 +348,6 @@ def vae_decoder_quality(
     (:func:`sdaccel.toy.dataset.adherence`), PSNR/SSIM against the f32 decoder's images, the size on
     disk and the quantization counts.
     """
-    from sdaccel.core.checkpoint import resolve_checkpoint
-    from sdaccel.core.staging import check_writable
-    from sdaccel.cpu.export import MODEL_XML, export_pipeline, text_to_image_components, vae_scale_factor_of
-    from sdaccel.cpu.pipeline import OVPipeline
-    from sdaccel.cpu.quality import compare_images, compile_f32
-    from sdaccel.cpu.quantize import describe_ir, ir_size_bytes
-    from sdaccel.cpu.quantize_vae import VARIANTS as VAE_VARIANTS
-    from sdaccel.cpu.quantize_vae import decode, decoder_inputs, quantize_vae_decoder
 
     bad = [v for v in variants if v not in VAE_VARIANTS]
     if bad:
@@ -345,12 +357,8 @@ def vae_decoder_quality(
     check_writable(work)
     size = read_config(folder, "unet")["sample_size"] * vae_scale_factor_of(folder, "vae")
     export = export_pipeline(
-        folder,
-        work / "openvino",
-        components=text_to_image_components(folder),
-        weight_dtype="fp32",
-        progress=False,
-    )
+        folder, work / "openvino", components=text_to_image_components(folder), weight_dtype="fp32", progress=False
+    )  # fmt: skip
     pipe = OVPipeline.from_pretrained(export, precision="f32")
     call = dict(steps=steps, guidance_scale=guidance_scale, size=size)
     prompts = dataset.heldout_prompts(num_prompts, seed=seed)
@@ -361,25 +369,17 @@ def vae_decoder_quality(
     noise = paired_latents(folder, calibration_prompts, size, seed + 10_000)
     calibration = decoder_inputs(final_latents(pipe, train, noise, **call), pipe.vae_config)
     src = export / "vae_decoder" / MODEL_XML
-    reference = uint8_images(decode(compile_f32(src), heldout))
-    rows = {
-        "f32": {
-            "adherence": dataset.adherence(reference, prompts),
-            "size_bytes": ir_size_bytes(src),
-            **describe_ir(src),
-        }
-    }
-    for variant in variants:
-        dst = work / f"vae_decoder_{variant}.xml"
-        report = quantize_vae_decoder(src, dst, variant, calibration)
-        images = uint8_images(decode(compile_f32(dst), heldout))
-        pair = compare_images(reference, images)
-        rows[variant] = {
-            "adherence": dataset.adherence(images, prompts),
-            "vs_f32": {k: pair[k] for k in ("psnr_mean", "ssim_mean", "identical")},
-            **{k: report[k] for k in ("size_bytes", "seconds", "calibration_samples")},
-            **describe_ir(dst),
-        }
+
+    def decoded(variant):  # the f32 decoder, or an INT8 one quantized on the calibration latents
+        xml, measured = src, {"size_bytes": ir_size_bytes(src)}
+        if variant != "f32":
+            xml = work / f"vae_decoder_{variant}.xml"
+            report = quantize_vae_decoder(src, xml, variant, calibration)
+            measured = {k: report[k] for k in ("size_bytes", "seconds", "calibration_samples")}
+        return uint8_images(decode(compile_f32(xml), heldout)), {**measured, **describe_ir(xml)}
+
+    table = {variant: partial(decoded, variant) for variant in ("f32", *variants)}
+    rows, _ = runner.score(table, prompts, decoder_row, references=("f32",))
     return {
         "config": {
             "checkpoint": str(checkpoint),
@@ -394,6 +394,17 @@ def vae_decoder_quality(
         },
         "rows": rows,
     }
+
+
+def decoder_row(images: list, prompts, measured: dict, against: dict) -> dict:
+    """A row of :func:`vae_decoder_quality`: the adherence, PSNR/SSIM against the f32 decoder's
+    images (not for the f32 row), then what the decoder measured."""
+
+    row = {"adherence": dataset.adherence(images, prompts)}
+    for reference in against.values():
+        pair = compare_images(reference, images)
+        row["vs_f32"] = {k: pair[k] for k in ("psnr_mean", "ssim_mean", "identical")}
+    return {**row, **measured}
 
 
 def main(argv: list[str] | None = None) -> dict:

@@ -27,14 +27,22 @@ per-pipeline verdicts are :mod:`sdaccel.toy.steps_report`'s.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
+import platform
 import time
 from collections.abc import Mapping, Sequence
+from functools import cache, partial
 from pathlib import Path
 
 import numpy as np
 
-from sdaccel.core.checkpoint import read_config
-from sdaccel.toy import dataset
+from sdaccel.core.checkpoint import read_config, resolve_checkpoint
+from sdaccel.core.lora_files import WEIGHT_NAMES
+from sdaccel.core.staging import check_writable, replace_json
+from sdaccel.cpu.export import export_pipeline, text_to_image_components, vae_scale_factor_of
+from sdaccel.cpu.pipeline import OVPipeline
+from sdaccel.toy import dataset, runner
 from sdaccel.toy.adherence import FLOAT_GROUP_VARIANTS, quantize_unet
 from sdaccel.toy.comparison import paired_latents, uint8_images
 from sdaccel.toy.steps_report import format_table, sampler_label
@@ -56,7 +64,6 @@ CALIBRATION_STEPS = {"base": 20, "lcm": 8, NO_ADAPTER: 8}
 
 def lora_file(lora: str | Path) -> Path:
     """The ``.safetensors`` of an adapter folder (or the file itself); a clear error otherwise."""
-    from sdaccel.core.lora_files import WEIGHT_NAMES
 
     path = Path(lora)
     if path.is_file():
@@ -71,7 +78,6 @@ def lora_file(lora: str | Path) -> Path:
 
 
 def image_size(folder: Path) -> int:
-    from sdaccel.cpu.export import vae_scale_factor_of
 
     return read_config(folder, "unet")["sample_size"] * vae_scale_factor_of(folder, "vae")
 
@@ -122,11 +128,6 @@ def openvino_pipe(
     ``export_dir``), exported once and then reused (quietly: "already holds a complete export" is
     no news here); ``vae``: a tiny autoencoder's folder to decode with (``None``: the export's VAE);
     ``static``: the one shape to compile it for (``OVPipeline.from_pretrained``'s; ``None``: dynamic)."""
-    import contextlib
-    import io
-
-    from sdaccel.cpu.export import export_pipeline, text_to_image_components
-    from sdaccel.cpu.pipeline import OVPipeline
 
     weights = "lcm" if sampler == "lcm" else "base"
     export_dir = export_dir or work / f"openvino_{weights}"
@@ -201,8 +202,40 @@ def adherence_vs_steps(
     :func:`~sdaccel.cpu.export.export_pipeline` reuses a folder made with the same settings and
     refuses any other.
     """
-    from sdaccel.core.checkpoint import resolve_checkpoint
 
+    # 1. Every input checked before anything runs
+    steps = check_sweep(lora, steps, prompts, pipelines, int8, samplers, work_dir, exports)
+    exports = {k: Path(v) for k, v in (exports or {}).items()}
+    lora_path = lora_file(lora) if "lcm" in samplers else None
+    folder = resolve_checkpoint(checkpoint)
+    size = image_size(folder)
+
+    # 2. The held-out prompts through each pipeline x sampler x step count, from the same noise
+    sweep = Sweep(folder, lora_path, size, seed, (base_guidance, lcm_guidance), prompts)
+    work = None if work_dir is None else Path(work_dir)
+    table = {}
+    for sampler in samplers:
+        if "jax_fp32" in pipelines:
+            table |= sweep.steps("jax_fp32", sampler, steps, partial(sweep.jax, sampler))
+        if "ov_f32" in pipelines or int8:
+            openvino = cache(partial(sweep.openvino, sampler, work, exports))
+            quantized = cache(partial(sweep.quantize, openvino, sampler, list(int8), work))
+            if "ov_f32" in pipelines:
+                table |= sweep.steps("ov_f32", sampler, steps, partial(sweep.openvino_run, openvino))
+            for variant in int8:
+                make = partial(sweep.openvino_run, openvino, quantized, variant)
+                table |= sweep.steps(variant, sampler, steps, make)
+
+    def report(key, row):
+        if progress:
+            print(f"{key[0]:28s} {key[1]:4s} {key[2]:3d} steps  score {row['score']:.3f}", flush=True)
+
+    rows, _ = runner.score(table, sweep.prompts, sweep.row, scored=report)
+    return list(rows.values())
+
+
+def check_sweep(lora, steps, prompts: int, pipelines, int8, samplers, work_dir, exports) -> list[int]:
+    """Refuse a sweep :func:`adherence_vs_steps` cannot run, before anything runs; returns the steps."""
     unknown = [p for p in pipelines if p not in PIPELINES]
     if unknown:
         raise ValueError(f"Unknown pipelines {unknown}; choose from {list(PIPELINES)}.")
@@ -218,66 +251,81 @@ def adherence_vs_steps(
         raise ValueError(f"prompts must be >= 1, got {prompts}.")
     if "lcm" in samplers and lora is None:
         raise ValueError("The 'lcm' sampler runs the LCM-LoRA: pass lora=<adapter folder or file>.")
-    exports = {k: Path(v) for k, v in (exports or {}).items()}
-    if set(exports) - set(SAMPLERS):
+    if set(exports or {}) - set(SAMPLERS):
         raise ValueError(f"exports takes a folder per sampler of {list(SAMPLERS)}, got {sorted(exports)}.")
     if (int8 or "ov_f32" in pipelines) and work_dir is None:
         raise ValueError("The OpenVINO rows export and quantize into work_dir: pass work_dir=<folder>.")
-    lora_path = lora_file(lora) if "lcm" in samplers else None
-    folder = resolve_checkpoint(checkpoint)
-    size = image_size(folder)
-    prompt_list = dataset.heldout_prompts(prompts, seed=seed)
-    latents = paired_latents(folder, prompts, size, seed)
-    base_scheduler = read_config(folder, "scheduler")["_class_name"]
-    work = None if work_dir is None else Path(work_dir)
-    rows = []
+    return steps
 
-    def sweep(name, sampler, run):
-        guidance = lcm_guidance if sampler in LCM_SAMPLERS else base_guidance
-        for n in steps:
-            start = time.perf_counter()
-            images = run(prompt_list, latents, n, guidance, size)
-            seconds = time.perf_counter() - start
-            row = {
-                "pipeline": name,
-                "sampler": sampler,
-                "scheduler": "LCMScheduler" if sampler in LCM_SAMPLERS else base_scheduler,
-                "lora": sampler == "lcm",
-                "steps": n,
-                "guidance_scale": guidance,
-                "prompts": prompts,
-                **dataset.adherence(images, prompt_list),
-                "seconds": round(seconds, 2),
-            }
-            rows.append(row)
-            if progress:
-                print(f"{name:28s} {sampler:4s} {n:3d} steps  score {row['score']:.3f}", flush=True)
 
-    for sampler in samplers:
-        if "jax_fp32" in pipelines:
-            sweep("jax_fp32", sampler, jax_runner(folder, sampler, lora_path))
-        if "ov_f32" in pipelines or int8:
-            weights = "lcm" if sampler == "lcm" else "base"
-            pipe, unet_xml = openvino_pipe(folder, sampler, lora_path, work, exports.get(weights))
-            if "ov_f32" in pipelines:
-                sweep("ov_f32", sampler, openvino_runner(pipe))
-            if int8:
-                guidance = lcm_guidance if sampler in LCM_SAMPLERS else base_guidance
-                quantized = quantize_unet(
-                    pipe,
-                    unet_xml,
-                    work / f"int8_{sampler}",
-                    list(int8),
-                    steps=CALIBRATION_STEPS[sampler],
-                    guidance_scale=guidance,
-                    size=size,
-                    seed=seed,
-                )
-                for variant, xml in quantized.items():
-                    pipe.replace_unet(xml)
-                    sweep(variant, sampler, openvino_runner(pipe))
-                pipe.replace_unet(unet_xml)
-    return rows
+class Sweep:
+    """What every configuration of a sweep shares: the checkpoint, its adapter, the held-out
+    prompts and their noise, and each sampler's guidance (``guidance``: base, LCM)."""
+
+    def __init__(self, folder: Path, lora: Path | None, size: int, seed: int, guidance, prompts: int):
+        self.folder, self.lora, self.size, self.seed = folder, lora, size, seed
+        self.base_guidance, self.lcm_guidance = guidance
+        self.prompts, self.n = dataset.heldout_prompts(prompts, seed=seed), prompts
+        self.latents = paired_latents(folder, prompts, size, seed)
+        self.base_scheduler = read_config(folder, "scheduler")["_class_name"]
+
+    def guidance(self, sampler: str) -> float:
+        return self.lcm_guidance if sampler in LCM_SAMPLERS else self.base_guidance
+
+    def steps(self, name: str, sampler: str, steps, make_run) -> dict:
+        """The configurations of one pipeline and sampler, one per step count: ``make_run()`` (called
+        once, when the first runs) gives the ``run(prompts, latents, steps, guidance, size)``."""
+        made = cache(make_run)
+        return {(name, sampler, n): partial(self.generate, made, name, sampler, n) for n in steps}
+
+    def generate(self, made, name: str, sampler: str, n: int) -> tuple[list, dict]:
+        run, guidance = made(), self.guidance(sampler)
+        start = time.perf_counter()
+        images = run(self.prompts, self.latents, n, guidance, self.size)
+        seconds = time.perf_counter() - start
+        scheduler = "LCMScheduler" if sampler in LCM_SAMPLERS else self.base_scheduler
+        measured = {"pipeline": name, "sampler": sampler, "scheduler": scheduler, "lora": sampler == "lcm"}
+        return images, {
+            **measured,
+            "steps": n,
+            "guidance_scale": guidance,
+            "prompts": self.n,
+            "seconds": seconds,
+        }
+
+    def row(self, images, prompts, measured: dict, against: dict) -> dict:
+        """A row of the sweep: what ran, the :func:`sdaccel.toy.dataset.adherence` fields, the seconds."""
+        head = {k: v for k, v in measured.items() if k != "seconds"}
+        return {**head, **dataset.adherence(images, prompts), "seconds": round(measured["seconds"], 2)}
+
+    def jax(self, sampler: str):
+        return jax_runner(self.folder, sampler, self.lora)
+
+    def openvino(self, sampler: str, work: Path, exports: dict):
+        weights = "lcm" if sampler == "lcm" else "base"
+        return openvino_pipe(self.folder, sampler, self.lora, work, exports.get(weights))
+
+    def quantize(self, openvino, sampler: str, variants: list[str], work: Path) -> dict:
+        """The sampler's INT8 UNets, calibrated with its f32 pipeline (:func:`quantize_unet`)."""
+        pipe, unet_xml = openvino()
+        return quantize_unet(
+            pipe,
+            unet_xml,
+            work / f"int8_{sampler}",
+            variants,
+            steps=CALIBRATION_STEPS[sampler],
+            guidance_scale=self.guidance(sampler),
+            size=self.size,
+            seed=self.seed,
+        )
+
+    def openvino_run(self, openvino, quantized=None, variant: str | None = None):
+        """The run of the sampler's OpenVINO pipeline, with ``variant``'s INT8 UNet swapped in
+        (``quantized()``: every variant's) when one is named."""
+        pipe, _ = openvino()
+        if variant is not None:
+            pipe.replace_unet(quantized()[variant])
+        return openvino_runner(pipe)
 
 
 def plot_adherence(rows: list[dict], ax=None, key: str = "score"):
@@ -334,7 +382,6 @@ def main(argv: list[str] | None = None) -> dict:
     args = parser.parse_args(argv)
     work = args.work_dir or Path("build/steps") / Path(args.checkpoint).name
     out = args.out or work / "steps_adherence.json"
-    from sdaccel.core.staging import check_writable, replace_json
 
     check_writable(out.parent)
     start = time.perf_counter()
@@ -351,7 +398,6 @@ def main(argv: list[str] | None = None) -> dict:
         seed=args.seed,
         progress=True,
     )
-    import platform
 
     import diffusers
     import jax

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sdaccel.cpu.quantize import CalibrationSet, collect_unet_inputs
+from sdaccel.cpu.calibration import CalibrationSet, collect_unet_inputs
+from sdaccel.toy import dataset
 
 
 def calibrate_on_training_captions(
@@ -22,7 +23,6 @@ def calibrate_on_training_captions(
     ``pipe``'s UNet inputs over ``prompts`` *training* captions (never the held-out ones that are
     evaluated), a reservoir of ``samples`` spread over the prompts and steps, streamed to
     ``out_dir`` (:func:`collect_unet_inputs`)."""
-    from sdaccel.toy import dataset
 
     return collect_unet_inputs(
         pipe,

@@ -13,14 +13,13 @@ from pathlib import Path
 import numpy as np
 
 from sdaccel.core.checkpoint import read_config
+from sdaccel.cpu.export import vae_scale_factor_of
 
 
 def paired_latents(folder: str | Path, n: int, size: int, seed: int = 0) -> np.ndarray:
     """(n, C, size/f, size/f) float32 noise, image ``i`` drawn by ``torch.randn`` from ``seed + i``
     (f: the VAE's downsampling factor, read from its config)."""
     import torch
-
-    from sdaccel.cpu.export import vae_scale_factor_of
 
     side = size // vae_scale_factor_of(folder, "vae")
     shape = (read_config(folder, "unet")["in_channels"], side, side)

@@ -7,13 +7,24 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import time
+from functools import partial
 from pathlib import Path
 
 from sdaccel.core.checkpoint import read_config, resolve_checkpoint
 from sdaccel.cpu.deepcache import FOLDER, DeepCache, compile_parts, export_deepcache, quantize_deepcache
-from sdaccel.cpu.export import MODEL_XML
+from sdaccel.cpu.export import MODEL_XML, export_pipeline, text_to_image_components
+from sdaccel.cpu.pipeline import OVPipeline
+from sdaccel.cpu.quality import comparison_grid
+from sdaccel.cpu.quantize import no_progress_bars
+from sdaccel.cpu.quantize_parts import quantize_ir
+from sdaccel.toy import dataset, runner
+from sdaccel.toy.calibration import calibrate_on_training_captions
+from sdaccel.toy.report import finish
+from sdaccel.toy.runner import Column, number
+
+#: What the result records of the UNet's layout.
+UNET_KEYS = ("block_out_channels", "down_block_types", "up_block_types")
 
 
 def measure(
@@ -51,19 +62,14 @@ def measure(
     the folder notebooks 04 and 05 share, is reused as it is; the DeepCache IRs go into it); a
     comparison grid of the first ``grid_columns`` prompts is saved in ``workdir`` as ``grid.png``.
     """
-    from sdaccel.cpu.export import export_pipeline, text_to_image_components
-    from sdaccel.cpu.pipeline import OVPipeline
-    from sdaccel.toy import dataset
 
     # 1. The f32 export and its DeepCache IRs
     src = resolve_checkpoint(checkpoint)
     work = Path(workdir) if workdir else Path("build/deepcache") / src.name
     export = export_pipeline(
-        src,
-        Path(export_dir) if export_dir else work / "export",
-        components=text_to_image_components(src),
+        src, Path(export_dir) if export_dir else work / "export", components=text_to_image_components(src),
         progress=progress,
-    )
+    )  # fmt: skip
     deep = export_deepcache(src, export)
     call = {"steps": steps, "guidance_scale": guidance_scale, "height": size, "width": size}
 
@@ -71,57 +77,49 @@ def measure(
     f32 = OVPipeline.from_pretrained(export, precision="f32")
     tick = time.perf_counter()
     plain_int8, deep_int8 = quantize_full_int8(
-        f32,
-        export,
-        deep if int8_intervals else None,
-        work,
-        call,
-        calibration_prompts,
-        calibration_samples,
+        f32, export, deep if int8_intervals else None, work, call, calibration_prompts, calibration_samples,
         progress,
-    )
+    )  # fmt: skip
     quantize_s = time.perf_counter() - tick
     int8 = OVPipeline.from_pretrained(export, precision="f32")
     int8.replace_unet(plain_int8)
 
-    # 3. The configurations: each precision without cache, then at each interval
-    configs = {"f32": (f32, None)}
+    # 3. The held-out prompts through each configuration, scored against the prompts and the f32 images
+    prompts = dataset.heldout_prompts(num_prompts)
+    table = configurations(f32, deep, intervals, int8, deep_int8, int8_intervals, prompts, call, progress)
+    rows, images = runner.score(table, prompts, runner.seeded_row, references=("f32",))
+    rows = {name: {**row, "int8": name.startswith("full_int8")} for name, row in rows.items()}
+
+    # 4. The comparison grid, and the result
+    grid = save_grid(work / "grid.png", images, rows, grid_columns)
+    unet = {k: read_config(src, "unet")[k] for k in UNET_KEYS}
+    settings = {
+        "num_prompts": num_prompts,
+        "prompts": "sdaccel.toy.dataset.heldout_prompts(num_prompts), image i seeded with i",
+        **call,
+        "precision": "f32 (INFERENCE_PRECISION_HINT) everywhere; INT8 layers run in INT8",
+        "calibration_prompts": calibration_prompts,
+        "calibration_samples": calibration_samples,
+    }
+    result = {"checkpoint": str(src), "unet": unet, "settings": settings, "quantize_s": quantize_s}
+    return {**result, "grid": str(grid), "rows": rows}
+
+
+def configurations(f32, deep, intervals, int8, deep_int8, int8_intervals, prompts, call, progress) -> dict:
+    """The table of :func:`measure`: each precision without cache, then at each of its intervals
+    (name -> the images of ``prompts``, one seeded call each, :func:`sdaccel.toy.runner.seeded_images`)."""
+    caches = {"f32": (f32, None)}
     parts = compile_parts(deep, f32)
-    configs |= {f"f32+deepcache(N={n})": (f32, DeepCache(*parts, interval=n)) for n in intervals}
-    configs["full_int8"] = (int8, None)
+    caches |= {f"f32+deepcache(N={n})": (f32, DeepCache(*parts, interval=n)) for n in intervals}
+    caches["full_int8"] = (int8, None)
     if int8_intervals:
         parts = compile_parts(deep_int8, int8)
-        configs |= {
+        caches |= {
             f"full_int8+deepcache(N={n})": (int8, DeepCache(*parts, interval=n)) for n in int8_intervals
         }
-
-    # 4. The held-out prompts through each, scored against the prompts and the f32 images
-    prompts = dataset.heldout_prompts(num_prompts)
-    rows, images = {}, {}
-    for name, (pipe, cache) in configs.items():
-        reference = None if name == "f32" else images["f32"]
-        images[name], rows[name] = run_configuration(name, pipe, cache, prompts, call, reference, progress)
-        rows[name]["int8"] = name.startswith("full_int8")
-
-    # 5. The comparison grid, and the result
-    grid = save_grid(work / "grid.png", images, rows, grid_columns)
     return {
-        "checkpoint": str(src),
-        "unet": {
-            k: read_config(src, "unet")[k]
-            for k in ("block_out_channels", "down_block_types", "up_block_types")
-        },
-        "settings": {
-            "num_prompts": num_prompts,
-            "prompts": "sdaccel.toy.dataset.heldout_prompts(num_prompts), image i seeded with i",
-            **call,
-            "precision": "f32 (INFERENCE_PRECISION_HINT) everywhere; INT8 layers run in INT8",
-            "calibration_prompts": calibration_prompts,
-            "calibration_samples": calibration_samples,
-        },
-        "quantize_s": quantize_s,
-        "grid": str(grid),
-        "rows": rows,
+        name: partial(runner.seeded_images, pipe, prompts, call, name, cache, progress, calls=True)
+        for name, (pipe, cache) in caches.items()
     }
 
 
@@ -132,8 +130,6 @@ def quantize_full_int8(
     ``prompts`` captions), then quantize the plain UNet and the DeepCache IRs (unless ``deep`` is
     None) to full INT8 on that data; returns the INT8 UNet's XML and the INT8 DeepCache folder
     (None when ``deep`` is)."""
-    from sdaccel.cpu.quantize import no_progress_bars, quantize_ir
-    from sdaccel.toy.calibration import calibrate_on_training_captions
 
     calibration = calibrate_on_training_captions(
         f32,
@@ -154,40 +150,8 @@ def quantize_full_int8(
     return plain_int8, deep_int8
 
 
-def run_configuration(name: str, pipe, cache, prompts: list[str], call: dict, reference, progress: bool):
-    """The images of ``prompts`` (image ``i`` seeded with ``i``) from ``pipe`` with ``cache`` (None:
-    no DeepCache), and their row: adherence, UNet calls and seconds per image and, when there is a
-    ``reference`` (the f32 uncached images), PSNR/SSIM against it."""
-    from tqdm.auto import tqdm
-
-    from sdaccel.cpu.quality import paired_summary
-    from sdaccel.toy import dataset
-
-    outs = [
-        pipe([prompt], seed=i, deepcache=cache, **call)
-        for i, prompt in enumerate(tqdm(prompts, desc=name, disable=not progress))
-    ]
-    images = [out.images[0] for out in outs]
-    unet_calls = sum(len(out.timings["unet_steps"]) for out in outs)
-    full_calls = unet_calls if cache is None else cache.calls["full"]
-    row = {
-        "interval": cache.interval if cache else None,
-        "adherence": dataset.adherence(images, prompts),
-        "unet_calls_per_image": {
-            "full": full_calls / len(prompts),
-            "shallow": (unet_calls - full_calls) / len(prompts),
-        },
-        "s_per_image": statistics.median(out.timings["run_s"] for out in outs),
-        "unet_s_per_image": statistics.median(sum(out.timings["unet_steps"]) for out in outs),
-    }
-    if reference is not None:
-        row.update(paired_summary(reference, images))
-    return images, row
-
-
 def save_grid(path: Path, images: dict, rows: dict, columns: int) -> Path:
     """The first ``columns`` images of each configuration, captioned with its score (and SSIM)."""
-    from sdaccel.cpu.quality import comparison_grid
 
     captions = {
         name: f"score {row['adherence']['score']:.2f}"
@@ -201,19 +165,14 @@ def save_grid(path: Path, images: dict, rows: dict, columns: int) -> Path:
 
 def format_table(result: dict) -> str:
     """The rows of :func:`measure` as a text table."""
-    lines = [
-        f"{'configuration':26} {'score':>6} {'colour':>6} {'shape':>6} {'PSNR dB':>8} {'SSIM':>6} "
-        f"{'full':>5} {'shallow':>7} {'s/image':>8} {'UNet s':>7}"
+    columns = [
+        *runner.seeded_columns(26),
+        Column("full", number("unet_calls_per_image.full", ".1f"), width=5),
+        Column("shallow", number("unet_calls_per_image.shallow", ".1f"), width=7),
+        Column("s/image", number("s_per_image", ".4f"), width=8),
+        Column("UNet s", number("unet_s_per_image", ".4f"), width=7),
     ]
-    for name, row in result["rows"].items():
-        a, calls = row["adherence"], row["unet_calls_per_image"]
-        psnr = "-" if row.get("psnr_mean") is None else f"{row['psnr_mean']:.1f}"
-        ssim = "-" if "ssim_mean" not in row else f"{row['ssim_mean']:.3f}"
-        lines.append(
-            f"{name:26} {a['score']:6.3f} {a['colour']:6.3f} {a['shape']:6.3f} {psnr:>8} {ssim:>6} "
-            f"{calls['full']:5.1f} {calls['shallow']:7.1f} {row['s_per_image']:8.4f} {row['unet_s_per_image']:7.4f}"
-        )
-    return "\n".join(lines)
+    return runner.format_table(result["rows"], columns, text=True)
 
 
 def main(argv=None) -> dict:
@@ -233,8 +192,6 @@ def main(argv=None) -> dict:
     parser.add_argument("--calibration-prompts", type=int, default=16)
     parser.add_argument("--calibration-samples", type=int, default=100)
     args = parser.parse_args(argv)
-
-    from sdaccel.toy.report import finish
 
     result = measure(
         args.checkpoint,

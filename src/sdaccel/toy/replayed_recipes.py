@@ -7,7 +7,7 @@ is a list of layers to keep in float. The real UNet has the toy's layers under t
 (the same layout, exported by :mod:`sdaccel.cpu.export`), so the list replays there as plain
 post-training INT8 with those layers ignored::
 
-    from sdaccel.cpu.quantize import quantize_ir
+    from sdaccel.cpu.quantize_parts import quantize_ir
     from sdaccel.toy import replayed_recipes
 
     found = replayed_recipes.found_file("full_int8_accuracy_control", "benchmarks/results")
@@ -31,6 +31,10 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+
+from sdaccel.cpu.accuracy_control import replay_ignored
+from sdaccel.cpu.quantize import SENSITIVE_LAYER_PATTERNS, unmatched_patterns
+from sdaccel.cpu.sensitivity import float_group_patterns
 
 #: The recipe every replayed one starts from.
 RECIPE = "full_int8"
@@ -105,12 +109,9 @@ def read_found(name: str, path: str | os.PathLike) -> dict:
 
 
 def knobs(name: str, path: str | os.PathLike) -> dict:
-    """The :func:`sdaccel.cpu.quantize.quantize_ir` knobs of recipe :data:`RECIPE` that replay
+    """The :func:`sdaccel.cpu.quantize_parts.quantize_ir` knobs of recipe :data:`RECIPE` that replay
     ``name`` from the result at ``path``: ``{"ignored": [...]}``, with ``"smooth_quant_alpha":
     None`` for the accuracy control (as its search ran)."""
-    from sdaccel.cpu.accuracy_control import replay_ignored
-    from sdaccel.cpu.quantize import SENSITIVE_LAYER_PATTERNS
-    from sdaccel.cpu.sensitivity import float_group_patterns
 
     found = read_found(name, path)
     if kind(name) == ACCURACY_CONTROL:
@@ -122,7 +123,6 @@ def knobs(name: str, path: str | os.PathLike) -> dict:
 def kept_in_float(recipe_knobs: dict) -> list[str]:
     """The patterns ``recipe_knobs`` keeps in float beyond the sensitive layers every full INT8
     keeps: the toy's own layers."""
-    from sdaccel.cpu.quantize import SENSITIVE_LAYER_PATTERNS
 
     return [p for p in recipe_knobs["ignored"] if p not in SENSITIVE_LAYER_PATTERNS]
 
@@ -131,7 +131,6 @@ def check(ir, name: str, recipe_knobs: dict) -> None:
     """Refuse to replay ``name`` on ``ir`` (an ``ov.Model`` or an IR path) when the UNet lacks the
     toy's float layers (a UNet of another layout, such as SDXL's, whose first block has no
     attention): an ignored scope would pass over them and quantize everything."""
-    from sdaccel.cpu.quantize import unmatched_patterns
 
     missing = unmatched_patterns(ir, kept_in_float(recipe_knobs))
     if missing:

@@ -13,6 +13,11 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from sdaccel.core import env
+from sdaccel.core.staging import replace_json, update_json
+from sdaccel.cpu.families import isa_tier
+from sdaccel.cpu.machine import machine_info
+
 
 def finish(
     result: dict,
@@ -27,10 +32,6 @@ def finish(
 
     ``per_checkpoint``: ``out`` holds ``{"models": {<checkpoint name>: result, ...}}`` and only this
     checkpoint's entry is replaced (the others are kept); otherwise ``out`` is ``result``."""
-    from sdaccel.core import env
-    from sdaccel.core.staging import replace_json, update_json
-    from sdaccel.cpu.benchmark import machine_info
-    from sdaccel.cpu.families import isa_tier
 
     # 1. where and how it was measured
     result["machine"] = {**machine_info(), "isa": isa_tier(env.cpu_features())}

@@ -19,12 +19,19 @@ from __future__ import annotations
 import argparse
 import os
 import time
+from functools import partial
 from pathlib import Path
 
-from sdaccel.core.checkpoint import read_config
-from sdaccel.core.tables import markdown_table
-from sdaccel.toy import dataset
-from sdaccel.toy.comparison import paired_latents, uint8_images
+from sdaccel.core.checkpoint import read_config, resolve_checkpoint
+from sdaccel.cpu import quantize, quantize_parts, sensitivity
+from sdaccel.cpu.calibration import collect_unet_inputs
+from sdaccel.cpu.export import export_pipeline, text_to_image_components, vae_scale_factor_of
+from sdaccel.cpu.pipeline import OVPipeline
+from sdaccel.toy import dataset, runner
+from sdaccel.toy.calibration import calibrate_on_training_captions
+from sdaccel.toy.comparison import paired_latents
+from sdaccel.toy.report import finish
+from sdaccel.toy.runner import UNET_COLUMNS, Column, number
 
 
 def measure(
@@ -44,12 +51,6 @@ def measure(
     "rows": {name: {"adherence", "psnr_mean", "float_groups", "fake_quantize", "unet_s",
     "precision"}}, "settings": ...}``."""
 
-    from sdaccel.core.checkpoint import resolve_checkpoint
-    from sdaccel.cpu import quality, quantize, sensitivity
-    from sdaccel.cpu.export import export_pipeline, text_to_image_components, vae_scale_factor_of
-    from sdaccel.cpu.pipeline import OVPipeline
-    from sdaccel.toy.calibration import calibrate_on_training_captions
-
     # 1. The f32 export, its pipeline and the calibration set
     folder = resolve_checkpoint(checkpoint)
     size = read_config(folder, "unet")["sample_size"] * vae_scale_factor_of(folder, "vae")
@@ -58,61 +59,29 @@ def measure(
     export_pipeline(folder, export_dir, components=text_to_image_components(folder), weight_dtype="fp32")
     unet_xml = export_dir / "unet" / "openvino_model.xml"
     pipe = OVPipeline.from_pretrained(export_dir, precision="f32")
-    call = dict(steps=steps, guidance_scale=guidance_scale, height=size, width=size)
+    call = dict(steps=steps, guidance_scale=guidance_scale, size=size)
     calibration = calibrate_on_training_captions(
         pipe, work / "calibration", steps, guidance_scale, size, seed=seed
     )
 
-    def images(unet, prompts, latents):
-        pipe.replace_unet(unet)
-        return uint8_images(pipe.generate(list(prompts), latents=latents, **call).array)
-
     # 2. The ranking, on the first held-out set: adherence of each group alone, and output error
-    rank_set = dataset.heldout_prompts(rank_prompts, seed=seed)
-    rank_latents = paired_latents(folder, rank_prompts, size, seed)
-    held_out_inputs = quantize.collect_unet_inputs(
-        pipe, rank_set[:4], steps, num_samples=8, guidance_scale=guidance_scale, height=size, width=size,
-        seed=seed, progress=False,
-    )  # fmt: skip
-    start = time.perf_counter()
-    quantized = sensitivity.quantize_for_ranking(unet_xml, calibration, subset_size=64)
-
-    def adherence_of(compiled) -> float:
-        return dataset.adherence(images(compiled, rank_set, rank_latents), rank_set)["score"]
-
-    ranking = sensitivity.rank_groups(
-        unet_xml, quantized, held_out_inputs, score=adherence_of, groups=groups, progress=progress
-    )
-    rank_s = time.perf_counter() - start
+    ranking, rank_s = rank(pipe, unet_xml, calibration, folder, rank_prompts, call, seed, groups, progress)
 
     # 3. The recipes, judged on other prompts and noise
     judge = dataset.heldout_prompts(num_prompts, seed=seed + 1)
     judge_latents = paired_latents(folder, num_prompts, size, seed + 1000)
-    reference = images(unet_xml, judge, judge_latents)
     recipes = {"f32": (None, []), "full_int8": ([*quantize.SENSITIVE_LAYER_PATTERNS], [])}
     for k in ks:
         kept = [r["group"] for r in ranking if r["group"] != sensitivity.OTHER][:k]
         ignored = [*quantize.SENSITIVE_LAYER_PATTERNS, *sensitivity.float_group_patterns(ranking, k)]
         recipes[f"full_int8, {k} most sensitive in float"] = (ignored, kept)
     sample = next(iter(calibration))
-    rows = {}
-    for name, (ignored, kept) in recipes.items():
-        xml = unet_xml
-        if ignored is not None:
-            xml = work / f"unet_{name.replace(', ', '_').replace(' ', '_')}.xml"
-            quantize.quantize_ir(
-                unet_xml, xml, "full_int8", calibration.folder, subset_size=64, ignored=ignored
-            )
-        got = images(xml, judge, judge_latents)
-        timed = quantize.time_unet(xml, sample, iters=20)
-        rows[name] = {
-            "adherence": dataset.adherence(got, judge)["score"],
-            "psnr_mean": None if ignored is None else quality.compare_images(reference, got)["psnr_mean"],
-            "float_groups": kept,
-            "fake_quantize": quantize.describe_ir(xml)["fake_quantize"],
-            "unet_s": timed["median_s"],
-            "precision": timed["precision"],
-        }
+    table = {
+        name: partial(run_recipe, pipe, unet_xml, work, calibration, sample, name, ignored, kept, judge,
+                      judge_latents, call)
+        for name, (ignored, kept) in recipes.items()
+    }  # fmt: skip
+    rows, _ = runner.score(table, judge, runner.adherence_row, references=("f32",))
     for row in rows.values():
         row["x_f32"] = rows["f32"]["unet_s"] / row["unet_s"]
     settings = {
@@ -129,34 +98,60 @@ def measure(
     return {"settings": settings, "ranking": ranking, "rows": rows}
 
 
+def rank(pipe, unet_xml: Path, calibration, folder: Path, n: int, call: dict, seed: int, groups, progress):
+    """The groups ranked (:func:`sdaccel.cpu.sensitivity.rank_groups`) on ``n`` held-out prompts:
+    the adherence of the images with each group alone in INT8, and the error of the UNet's output;
+    and the seconds the ranking took."""
+
+    rank_set = dataset.heldout_prompts(n, seed=seed)
+    rank_latents = paired_latents(folder, n, call["size"], seed)
+    held_out_inputs = collect_unet_inputs(
+        pipe, rank_set[:4], call["steps"], num_samples=8, guidance_scale=call["guidance_scale"],
+        height=call["size"], width=call["size"], seed=seed, progress=False,
+    )  # fmt: skip
+    start = time.perf_counter()
+    quantized = sensitivity.quantize_for_ranking(unet_xml, calibration, subset_size=64)
+
+    def adherence_of(compiled) -> float:
+        pipe.replace_unet(compiled)
+        images = runner.paired_images(pipe, rank_set, rank_latents, **call)
+        return dataset.adherence(images, rank_set)["score"]
+
+    ranking = sensitivity.rank_groups(
+        unet_xml, quantized, held_out_inputs, score=adherence_of, groups=groups, progress=progress
+    )
+    return ranking, time.perf_counter() - start
+
+
+def run_recipe(pipe, unet_xml, work, calibration, sample, name, ignored, kept, prompts, latents, call):
+    """One recipe's images of the judging prompts (its UNet quantized first, full INT8 with
+    ``ignored`` in float; the f32 UNet when ``ignored`` is None), and what it measured: the groups
+    kept in float, the FakeQuantize count and one UNet call's seconds."""
+
+    xml = unet_xml
+    if ignored is not None:
+        xml = work / f"unet_{name.replace(', ', '_').replace(' ', '_')}.xml"
+        quantize_parts.quantize_ir(
+            unet_xml, xml, "full_int8", calibration.folder, subset_size=64, ignored=ignored
+        )
+    pipe.replace_unet(xml)
+    images = runner.paired_images(pipe, prompts, latents, **call)
+    timed = quantize.time_unet(xml, sample, iters=20)
+    measured = {"float_groups": kept, "fake_quantize": quantize.describe_ir(xml)["fake_quantize"]}
+    return images, {**measured, "unet_s": timed["median_s"], "precision": timed["precision"]}
+
+
 def format_tables(result: dict) -> str:
     """The ranking, then the recipes (adherence, PSNR against f32, UNet time, speed-up)."""
-    from sdaccel.cpu import sensitivity
 
-    rows = [
-        [
-            name,
-            f"{row['adherence']:.3f}",
-            "-" if row["psnr_mean"] is None else f"{row['psnr_mean']:.1f}",
-            row["fake_quantize"],
-            f"{1000 * row['unet_s']:.2f} ms ({row['precision']})",
-            f"{row['x_f32']:.2f}x",
-        ]
-        for name, row in result["rows"].items()
-    ]
     s = result["settings"]
-    recipes = markdown_table(
-        [
-            "UNet",
-            f"adherence ({s['judge_prompts']} other prompts)",
-            "PSNR vs f32 dB",
-            "FakeQuantize",
-            "UNet call",
-            "x f32",
-        ],
-        rows,
-        align="lrrrrr",
-    )
+    columns = [
+        Column("UNet", runner.name_cell, "l"),
+        Column(f"adherence ({s['judge_prompts']} other prompts)", number("adherence", ".3f")),
+        *UNET_COLUMNS,
+        Column("x f32", lambda name, row: f"{row['x_f32']:.2f}x"),
+    ]
+    recipes = runner.format_table(result["rows"], columns)
     ranking = sensitivity.format_table(
         result["ranking"], score_name=f"adherence ({s['rank_prompts']} prompts)"
     )
@@ -180,7 +175,6 @@ def main(argv: list[str] | None = None) -> dict:
     args = parser.parse_args(argv)
     if min(args.prompts, args.rank_prompts) < 1 or min(args.k) < 0:
         parser.error("--prompts and --rank-prompts must be at least 1, and --k 0 or more")
-    from sdaccel.toy.report import finish
 
     work = Path(args.work_dir or Path("build") / "sensitivity" / Path(args.checkpoint).name)
     groups = None if args.groups is None else tuple(args.groups)

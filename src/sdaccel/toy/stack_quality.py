@@ -34,9 +34,29 @@ from __future__ import annotations
 import argparse
 import os
 from collections.abc import Mapping, Sequence
+from functools import partial
 from pathlib import Path
 
-from sdaccel.core.tables import markdown_table
+from sdaccel.core.checkpoint import resolve_checkpoint
+from sdaccel.cpu.deepcache import (
+    CUTS,
+    QUANTIZED_PARTS,
+    DeepCache,
+    check_cut,
+    export_deepcache,
+    lever_name,
+    quantize_deepcache,
+)
+from sdaccel.cpu.export import MODEL_XML, checkpoint_defaults, export_pipeline, text_to_image_components
+from sdaccel.cpu.pipeline import OVPipeline
+from sdaccel.cpu.quantize import SENSITIVE_LAYER_PATTERNS, describe_ir
+from sdaccel.cpu.quantize_parts import quantize_ir
+from sdaccel.cpu.sensitivity import float_group_patterns
+from sdaccel.cpu.tome import check_ratio, export_tome
+from sdaccel.toy import dataset, runner
+from sdaccel.toy.calibration import calibrate_on_training_captions
+from sdaccel.toy.report import finish
+from sdaccel.toy.runner import Column, number
 
 #: The float layer groups of the default INT8 recipe: every ResNet (on the toys, full INT8 with
 #: the ResNets in float keeps the adherence of f32: ``python -m sdaccel.toy.adherence``).
@@ -49,7 +69,6 @@ BASE = "f32"
 
 def stack_names(ratio: float, interval: int, levers: Sequence[str] = LEVERS, cut: str = "block") -> list[str]:
     """The rows of :func:`measure`, in stacking order: each adds one lever to the row before."""
-    from sdaccel.cpu.deepcache import lever_name
 
     label = {
         "static": "+ static shapes",
@@ -64,8 +83,6 @@ def recipe_patterns(float_groups: Sequence[str]) -> list[str]:
     """The ignored-scope patterns of the INT8 recipe: the layers every recipe keeps in float
     (:data:`sdaccel.cpu.quantize.SENSITIVE_LAYER_PATTERNS`), then the ``float_groups`` by name, as
     :func:`sdaccel.cpu.sensitivity.float_group_patterns` writes a ranking's groups."""
-    from sdaccel.cpu.quantize import SENSITIVE_LAYER_PATTERNS
-    from sdaccel.cpu.sensitivity import float_group_patterns
 
     groups = [{"group": g} for g in float_groups]
     return [*SENSITIVE_LAYER_PATTERNS, *float_group_patterns(groups, len(groups))]
@@ -82,8 +99,6 @@ def check_request(
     cut: str = "block",
 ) -> float:
     """Refuse a bad request before anything is exported or written; returns the checked ratio."""
-    from sdaccel.cpu.deepcache import check_cut
-    from sdaccel.cpu.tome import check_ratio
 
     if isinstance(levers, str) or not levers or list(levers) != [x for x in LEVERS if x in levers]:
         raise ValueError(f"levers must be some of {list(LEVERS)}, in that order, got {levers!r}.")
@@ -138,32 +153,68 @@ def measure(
     checkpoint is reused, and the merged UNets go into it), calibration data and INT8 IRs to
     ``work_dir``. Calibration uses ``calibration_prompts`` *training* captions, never held-out ones.
     """
-    from sdaccel.core.checkpoint import resolve_checkpoint
-    from sdaccel.cpu.deepcache import QUANTIZED_PARTS, DeepCache, export_deepcache, quantize_deepcache
-    from sdaccel.cpu.export import MODEL_XML, checkpoint_defaults, export_pipeline, text_to_image_components
-    from sdaccel.cpu.pipeline import OVPipeline
-    from sdaccel.cpu.quantize import describe_ir, quantize_ir
-    from sdaccel.cpu.tome import export_tome
-    from sdaccel.toy import dataset
-    from sdaccel.toy.calibration import calibrate_on_training_captions
-    from sdaccel.toy.deepcache_quality import run_configuration
 
     # 1. Check the request, before anything is exported or written
     ratio = check_request(ratio, interval, num_prompts, steps, max_drop, float_groups, levers, cut)
     src = resolve_checkpoint(checkpoint)
+    size, work = square_size(src), Path(work_dir)
+
+    # 2. The f32 export, and the UNets the levers ask for
+    export = export_pipeline(
+        src, Path(export_dir) if export_dir else work / "export", components=text_to_image_components(src),
+        progress=progress,
+    )  # fmt: skip
+    unets = export_unets(src, export, levers, ratio, size, cut)
+    dynamic = OVPipeline.from_pretrained(export, precision="f32")
+
+    # 3. INT8: one recipe, applied alike to every UNet, on the same calibration data
+    call = {"steps": steps, "guidance_scale": guidance_scale, "height": size, "width": size}
+    ignored = recipe_patterns(float_groups) if "int8" in levers else None
+    if ignored is not None:
+        samples = (calibration_prompts, calibration_samples)
+        quantize_unets(unets, dynamic, work, call, samples, ignored, cut, progress)
+
+    # 4. The stack, lever by lever, and the held-out prompts through each, scored against the
+    #    prompts and the f32 images
+    names = stack_names(ratio, interval, levers, cut)
+    stack, static = stack_table(names, levers, unets, dynamic, export, size, interval)
+    int8_unet = None if ignored is None else unets["plain"]
+    rows = run_stacks(stack, names, static, dataset.heldout_prompts(num_prompts), call, progress, int8_unet)
+
+    # 5. Speed against f32, the quality bound, and the fastest stack within it
+    judge_speed(rows, max_drop)
+    settings = {
+        "num_prompts": num_prompts,
+        "prompts": "sdaccel.toy.dataset.heldout_prompts(num_prompts), image i seeded with i",
+        **call,
+        **{"ratio": ratio, "interval": interval, "cut": cut, "levers": list(levers)},
+        "int8": None
+        if ignored is None
+        else {"variant": "full_int8", "float_groups": list(float_groups), "ignored": ignored},
+        "precision": "f32 (INFERENCE_PRECISION_HINT) everywhere; INT8 layers run in INT8",
+        "max_drop": max_drop,
+        "calibration_prompts": calibration_prompts,
+        "calibration_samples": calibration_samples,
+    }
+    fastest = fastest_within(rows, max_drop)
+    return {"checkpoint": str(src), "settings": settings, "rows": rows, "fastest": fastest}
+
+
+def square_size(src: Path) -> int:
+    """The checkpoint's image side; the stack takes square images only."""
+
     defaults = checkpoint_defaults(src)
     if defaults.height != defaults.width:
         raise ValueError(
             f"the stack takes square images; {src.name} makes {defaults.height}x{defaults.width}."
         )
-    size, work = defaults.height, Path(work_dir)
+    return defaults.height
 
-    # 2. The f32 export, and the UNets the levers ask for: token merging merges the UNet and,
-    #    with DeepCache, DeepCache's two IRs
-    export = export_pipeline(
-        src, Path(export_dir) if export_dir else work / "export", components=text_to_image_components(src),
-        progress=progress,
-    )  # fmt: skip
+
+def export_unets(src: Path, export: Path, levers: Sequence[str], ratio: float, size: int, cut: str) -> dict:
+    """The UNets the levers ask for, by role: ``"plain"`` (the export's), ``"merged"`` (token
+    merging), ``"deepcache"`` (DeepCache's two IRs; merged too with token merging)."""
+
     merge = "tome" in levers
     unets = {"plain": export / "unet" / MODEL_XML}
     if merge:
@@ -174,36 +225,42 @@ def measure(
             if merge
             else export_deepcache(src, export, cut=cut)
         )
-    dynamic = OVPipeline.from_pretrained(export, precision="f32")
+    return unets
 
-    # 3. INT8: one recipe, applied alike to every UNet, on the same calibration data
-    ignored = recipe_patterns(float_groups) if "int8" in levers else None
-    if ignored is not None:
-        calibration = calibrate_on_training_captions(
-            dynamic, work / "calibration", steps, guidance_scale, size,
-            prompts=calibration_prompts, samples=calibration_samples, progress=progress,
-        )  # fmt: skip
-        # NNCF's bars only where asked for (quantize_ir's progress): in a notebook each pass
-        # would print a bar of its own
-        for name, source in list(unets.items()):
-            if name == "deepcache":
-                unets[name] = work / ("deepcache_int8" if cut == "block" else f"deepcache_{cut}_int8")
-                quantize_deepcache(
-                    source, unets[name], calibration, subset_size=calibration_samples,
-                    parts=QUANTIZED_PARTS[cut], ignored=ignored, progress=progress,
-                )  # fmt: skip
-            else:
-                unets[name] = work / f"unet_{name}_int8" / MODEL_XML
-                quantize_ir(
-                    source, unets[name], "full_int8", calibration.folder, calibration_samples,
-                    ignored=ignored, progress=progress,
-                )  # fmt: skip
 
-    # 4. The stack, lever by lever: (pipeline, the UNet it runs, DeepCache)
+def quantize_unets(unets: dict, pipe, work: Path, call: dict, samples, ignored, cut: str, progress: bool):
+    """Calibrate ``pipe`` on training captions (``samples``: prompts and UNet inputs), then quantize
+    each of ``unets`` to full INT8 with ``ignored`` in float, replacing each entry by its INT8 IR.
+    NNCF's bars only where asked for (quantize_ir's progress): in a notebook each pass would print
+    a bar of its own."""
+
+    prompts, subset = samples
+    calibration = calibrate_on_training_captions(
+        pipe, work / "calibration", call["steps"], call["guidance_scale"], call["height"],
+        prompts=prompts, samples=subset, progress=progress,
+    )  # fmt: skip
+    for name, source in list(unets.items()):
+        if name == "deepcache":
+            unets[name] = work / ("deepcache_int8" if cut == "block" else f"deepcache_{cut}_int8")
+            quantize_deepcache(
+                source, unets[name], calibration, subset_size=subset,
+                parts=QUANTIZED_PARTS[cut], ignored=ignored, progress=progress,
+            )  # fmt: skip
+        else:
+            unets[name] = work / f"unet_{name}_int8" / MODEL_XML
+            quantize_ir(
+                source, unets[name], "full_int8", calibration.folder, subset,
+                ignored=ignored, progress=progress,
+            )  # fmt: skip
+
+
+def stack_table(names, levers, unets: dict, dynamic, export: Path, size: int, interval: int):
+    """The stack, lever by lever: name -> (pipeline, the UNet it runs or None, DeepCache or None),
+    and the static pipeline (None without static shapes)."""
+
     static = None
     if "static" in levers:
         static = OVPipeline.from_pretrained(export, precision="f32", static=(1, size, size))
-    names = stack_names(ratio, interval, levers, cut)
     stack = {BASE: (dynamic, None, None)}
     pipe, unet = dynamic, export / "unet" / MODEL_XML
     for name, lever in zip(names[1:], levers, strict=True):
@@ -213,48 +270,41 @@ def measure(
         pipe = static if lever == "static" else pipe
         unet = {"int8": unets["plain"], "tome": unets.get("merged")}.get(lever, unet)
         stack[name] = (pipe, unet, None)
+    return stack, static
 
-    # 5. The held-out prompts through each stack, scored against the prompts and the f32 images
-    prompts = dataset.heldout_prompts(num_prompts)
-    call = {"steps": steps, "guidance_scale": guidance_scale, "height": size, "width": size}
-    rows, images = {}, {}
-    for name, (pipe, unet, cache) in stack.items():
-        if unet is not None:
-            pipe.replace_unet(unet)
-        reference = None if name == BASE else images[BASE]
-        images[name], row = run_configuration(name, pipe, cache, prompts, call, reference, progress)
+
+def run_stacks(stack: dict, names: list[str], static, prompts: list[str], call, progress, int8_unet) -> dict:
+    """The held-out prompts through each stack (:func:`stack_table`), scored against the prompts
+    and the f32 images; each row names its levers and its shapes, and the INT8 row its
+    FakeQuantize count (``int8_unet``: the INT8 UNet, or None)."""
+
+    table = {
+        name: partial(run_stack, name, pipe, unet, cache, prompts, call, progress)
+        for name, (pipe, unet, cache) in stack.items()
+    }
+    rows, _ = runner.score(table, prompts, runner.seeded_row, references=(BASE,))
+    for name, row in rows.items():
         row["levers"] = [label.removeprefix("+ ") for label in names[1 : names.index(name) + 1]]
-        row["shapes"] = "static" if pipe is static else "dynamic"
-        rows[name] = row
-    if ignored is not None:
-        rows["+ INT8"]["fake_quantize"] = describe_ir(unets["plain"])["fake_quantize"]
+        row["shapes"] = "static" if stack[name][0] is static else "dynamic"
+    if int8_unet is not None:
+        rows["+ INT8"]["fake_quantize"] = describe_ir(int8_unet)["fake_quantize"]
+    return rows
 
-    # 6. Speed against f32, the quality bound, and the fastest stack within it
+
+def judge_speed(rows: dict, max_drop: float) -> None:
+    """Each row's UNet speed-up over f32 (``x_f32``) and whether its adherence is within
+    ``max_drop`` of f32's (``within``)."""
     base = rows[BASE]
     for row in rows.values():
         row["x_f32"] = base["unet_s_per_image"] / row["unet_s_per_image"]
         row["within"] = row["adherence"]["score"] >= base["adherence"]["score"] - max_drop
-    return {
-        "checkpoint": str(src),
-        "settings": {
-            "num_prompts": num_prompts,
-            "prompts": "sdaccel.toy.dataset.heldout_prompts(num_prompts), image i seeded with i",
-            **call,
-            "ratio": ratio,
-            "interval": interval,
-            "cut": cut,
-            "levers": list(levers),
-            "int8": None
-            if ignored is None
-            else {"variant": "full_int8", "float_groups": list(float_groups), "ignored": ignored},
-            "precision": "f32 (INFERENCE_PRECISION_HINT) everywhere; INT8 layers run in INT8",
-            "max_drop": max_drop,
-            "calibration_prompts": calibration_prompts,
-            "calibration_samples": calibration_samples,
-        },
-        "rows": rows,
-        "fastest": fastest_within(rows, max_drop),
-    }
+
+
+def run_stack(name: str, pipe, unet, cache, prompts: list[str], call: dict, progress: bool):
+    """One stack's images (its UNet swapped in, when it names one) and what they measured."""
+    if unet is not None:
+        pipe.replace_unet(unet)
+    return runner.seeded_images(pipe, prompts, call, name, cache, progress, calls=True)
 
 
 def fastest_within(rows: Mapping[str, Mapping], max_drop: float, base: str = BASE) -> str:
@@ -270,42 +320,32 @@ def fastest_within(rows: Mapping[str, Mapping], max_drop: float, base: str = BAS
 def format_table(result: dict) -> str:
     """The stack as a Markdown table, then the fastest stack within the bound."""
     s = result["settings"]
-    rows = [
-        [
-            name,
-            f"{row['adherence']['score']:.3f}",
-            "-" if row.get("psnr_mean") is None else f"{row['psnr_mean']:.1f}",
-            "-" if "ssim_mean" not in row else f"{row['ssim_mean']:.3f}",
-            f"{row['unet_calls_per_image']['full']:g} / {row['unet_calls_per_image']['shallow']:g}",
-            f"{1000 * row['unet_s_per_image']:.1f}",
-            f"{row['x_f32']:.2f}x",
-            "yes" if row["within"] else "no",
-        ]
-        for name, row in result["rows"].items()
+    bound = f"{100 * s['max_drop']:g}"
+    columns = [
+        Column("stack", runner.name_cell, "l"),
+        Column(f"adherence ({s['num_prompts']} prompts)", number("adherence.score", ".3f")),
+        Column("PSNR vs f32 dB", number("psnr_mean", ".1f")),
+        Column("SSIM", number("ssim_mean", ".3f")),
+        Column("UNet calls full / shallow", calls_cell),
+        Column("UNet ms/image", number("unet_s_per_image", ".1f", scale=1000)),
+        Column("x f32", lambda name, row: f"{row['x_f32']:.2f}x"),
+        Column(f"within {bound} points", lambda name, row: "yes" if row["within"] else "no", "c"),
     ]
-    table = markdown_table(
-        [
-            "stack",
-            f"adherence ({s['num_prompts']} prompts)",
-            "PSNR vs f32 dB",
-            "SSIM",
-            "UNet calls full / shallow",
-            "UNet ms/image",
-            "x f32",
-            f"within {100 * s['max_drop']:g} points",
-        ],
-        rows,
-        align="lrrrrrrc",
-    )
+    table = runner.format_table(result["rows"], columns)
     return (
-        f"{table}\n\nfastest within {100 * s['max_drop']:g} adherence points of f32: {result['fastest']}\n"
+        f"{table}\n\nfastest within {bound} adherence points of f32: {result['fastest']}\n"
         "(a 1 M-parameter toy's milliseconds, mostly fixed cost per call: "
         "benchmarks/bench_openvino.py --levers stack times the real UNet)"
     )
 
 
+def calls_cell(name: str, row: dict) -> str:
+    """A cell: the UNet calls per image, full / shallow."""
+    calls = row["unet_calls_per_image"]
+    return f"{calls['full']:g} / {calls['shallow']:g}"
+
+
 def main(argv: list[str] | None = None) -> dict:
-    from sdaccel.cpu.deepcache import CUTS
 
     parser = argparse.ArgumentParser(
         description="Stack static shapes, INT8, token merging and DeepCache on a trained shapes checkpoint, "
@@ -331,7 +371,6 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--work-dir", default=None, help="default build/stack/<checkpoint name>")
     parser.add_argument("--out", default=None, help="JSON (default: stack.json in the work folder)")
     args = parser.parse_args(argv)
-    from sdaccel.toy.report import finish
 
     work = Path(args.work_dir or Path("build") / "stack" / Path(args.checkpoint).name)
     result = measure(

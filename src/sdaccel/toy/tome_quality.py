@@ -9,11 +9,16 @@ import argparse
 import os
 import sys
 from collections.abc import Sequence
+from functools import partial
 from pathlib import Path
 
 from sdaccel.core.checkpoint import read_json, resolve_checkpoint
-from sdaccel.cpu.export import MODEL_XML, checkpoint_defaults
+from sdaccel.cpu.export import MODEL_XML, checkpoint_defaults, export_pipeline, text_to_image_components
+from sdaccel.cpu.pipeline import OVPipeline
 from sdaccel.cpu.tome import MANIFEST, check_ratio, export_tome
+from sdaccel.toy import dataset, runner
+from sdaccel.toy.report import finish
+from sdaccel.toy.runner import Column, number
 
 
 def measure(
@@ -37,9 +42,6 @@ def measure(
     tokens each merged block kept. ``size``: image height and width (default: the checkpoint's).
     Exports go to ``workdir`` (default ``build/tome/<name>``).
     """
-    from sdaccel.cpu.export import export_pipeline, text_to_image_components
-    from sdaccel.cpu.pipeline import OVPipeline
-    from sdaccel.toy import dataset
 
     # 1. Check the inputs, before anything is exported
     ratios = [check_ratio(r) for r in ratios]
@@ -61,14 +63,14 @@ def measure(
     # 3. The held-out prompts through the plain UNet, then through each merged one
     pipe = OVPipeline.from_pretrained(export, precision="f32")
     prompts = dataset.heldout_prompts(num_prompts)
-    configs = {"f32": export / "unet" / MODEL_XML} | {
+    unets = {"f32": export / "unet" / MODEL_XML} | {
         f"f32+tome({r:g})": folder / MODEL_XML for r, folder in folders.items()
     }
-    rows, images = {}, {}
-    for name, xml in configs.items():
-        pipe.replace_unet(xml)
-        reference = None if name == "f32" else images["f32"]
-        images[name], rows[name] = run_configuration(name, pipe, xml, prompts, call, reference, progress)
+    table = {
+        name: partial(run_configuration, name, pipe, xml, prompts, call, progress)
+        for name, xml in unets.items()
+    }
+    rows, _ = runner.score(table, prompts, runner.seeded_row, references=("f32",))
 
     # 4. The result
     return {
@@ -84,51 +86,22 @@ def measure(
     }
 
 
-def run_configuration(name: str, pipe, xml: Path, prompts: list[str], call: dict, reference, progress: bool):
-    """The images of ``prompts`` (image ``i`` seeded with ``i``) from ``pipe`` (its UNet ``xml``
-    already in place), and their row: adherence, seconds per image and, for a merged UNet (a
-    ``reference``: the plain UNet's images), its ratio, merged blocks and PSNR/SSIM."""
-    import statistics
-
-    from tqdm.auto import tqdm
-
-    from sdaccel.cpu.quality import paired_summary
-    from sdaccel.toy import dataset
-
-    outs = [
-        pipe([prompt], seed=i, **call)
-        for i, prompt in enumerate(tqdm(prompts, desc=name, disable=not progress))
-    ]
-    images = [out.images[0] for out in outs]
-    row = {
-        "adherence": dataset.adherence(images, prompts),
-        "s_per_image": statistics.median(out.timings["run_s"] for out in outs),
-        "unet_s_per_image": statistics.median(sum(out.timings["unet_steps"]) for out in outs),
-    }
-    if reference is not None:
+def run_configuration(name: str, pipe, xml: Path, prompts: list[str], call: dict, progress: bool):
+    """The images of ``prompts`` (image ``i`` seeded with ``i``) from ``pipe`` with the UNet ``xml``
+    swapped in, and what they measured (:func:`sdaccel.toy.runner.seeded_images`); for a merged UNet,
+    its ratio and merged blocks too."""
+    pipe.replace_unet(xml)
+    images, measured = runner.seeded_images(pipe, prompts, call, name, progress=progress)
+    if name != "f32":
         manifest = read_json(xml.parent / MANIFEST)
-        row.update(
-            ratio=manifest["ratio"],
-            merged_blocks=manifest["merged_blocks"],
-            **paired_summary(reference, images),
-        )
-    return images, row
+        measured.update(ratio=manifest["ratio"], merged_blocks=manifest["merged_blocks"])
+    return images, measured
 
 
 def format_table(result: dict) -> str:
     """The rows of :func:`measure` as a text table."""
-    lines = [
-        f"{'configuration':18} {'score':>6} {'colour':>6} {'shape':>6} {'PSNR dB':>8} {'SSIM':>6} {'s/image':>8}"
-    ]
-    for name, row in result["rows"].items():
-        a = row["adherence"]
-        psnr = "-" if row.get("psnr_mean") is None else f"{row['psnr_mean']:.1f}"
-        ssim = "-" if "ssim_mean" not in row else f"{row['ssim_mean']:.3f}"
-        lines.append(
-            f"{name:18} {a['score']:6.3f} {a['colour']:6.3f} {a['shape']:6.3f} {psnr:>8} {ssim:>6} "
-            f"{row['s_per_image']:8.4f}"
-        )
-    return "\n".join(lines)
+    columns = [*runner.seeded_columns(18), Column("s/image", number("s_per_image", ".4f"), width=8)]
+    return runner.format_table(result["rows"], columns, text=True)
 
 
 def main(argv=None) -> dict:
@@ -153,7 +126,6 @@ def main(argv=None) -> dict:
         steps=args.steps,
         guidance_scale=args.guidance,
     )
-    from sdaccel.toy.report import finish
 
     return finish(
         result, args.out, format_table(result), "sdaccel.toy.tome_quality", argv, per_checkpoint=True

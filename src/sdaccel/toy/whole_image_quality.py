@@ -41,10 +41,17 @@ from __future__ import annotations
 import argparse
 import time
 from collections.abc import Sequence
+from functools import partial
 from pathlib import Path
 
-from sdaccel.core.tables import markdown_table
-from sdaccel.toy import replayed_recipes
+from sdaccel.core.checkpoint import resolve_checkpoint
+from sdaccel.cpu import quality
+from sdaccel.cpu.deepcache import lever_name
+from sdaccel.cpu.export import StaticShape, export_pipeline, text_to_image_components
+from sdaccel.toy import adherence, adherence_steps, dataset, replayed_recipes, runner, stack_quality
+from sdaccel.toy.comparison import paired_latents
+from sdaccel.toy.report import finish
+from sdaccel.toy.runner import Column, number
 
 #: The INT8 recipes of the UNet measured by default (those of the benchmark's rows; full INT8 with
 #: the ResNets in float under its one-word name, :data:`sdaccel.toy.adherence.FLOAT_GROUP_RECIPES`).
@@ -98,40 +105,16 @@ def measure(
     ``{"checkpoint", "config", "rows": {key: {"title", "adherence", "psnr_vs_f32", "precision",
     "steps", "seconds"}}}``.
     """
-    from sdaccel.core.checkpoint import resolve_checkpoint
-    from sdaccel.cpu import quality
-    from sdaccel.cpu.export import StaticShape, export_pipeline, text_to_image_components
-    from sdaccel.toy import adherence, adherence_steps, dataset
-    from sdaccel.toy.comparison import paired_latents
 
     # 1. Every input checked before anything runs
-    if taesd is not None and lora is None:
-        raise ValueError("The tiny autoencoder is measured on the few-step rows: pass lora= with taesd=.")
-    unknown = [v for v in variants if v not in VARIANTS]
-    if unknown:
-        raise ValueError(f"Unknown INT8 recipes {unknown}; choose from {list(VARIANTS)}.")
-    if num_prompts < 1 or min(steps, few_steps) < 1:
-        raise ValueError(f"prompts and steps must be at least 1, got {num_prompts}, {steps}, {few_steps}.")
-    stacks = {"block": stack_interval, "layer": stack_layer_interval}
-    stacks = {cut: interval for cut, interval in stacks.items() if interval is not None}
-    if stacks and (min(stacks.values()) < 1 or seed != 0):
-        raise ValueError(
-            f"The stack's rows need stack_interval and stack_layer_interval >= 1 and seed 0 "
-            f"(sdaccel.toy.stack_quality seeds image i with i), got {stacks} and {seed}."
-        )
+    stacks = check_request(lora, taesd, variants, num_prompts, (steps, few_steps), seed, stack_interval,
+                           stack_layer_interval)  # fmt: skip
     recipes = {name: replayed_recipes.knobs(name, path) for name, path in (replayed or {}).items()}
     lora_path = None if lora is None else adherence_steps.lora_file(lora)
     folder = resolve_checkpoint(checkpoint)
     work = Path(work_dir)
     if recipes:  # the toy's export has the layers each replayed recipe keeps in float
-        export_dir = export_pipeline(
-            folder,
-            work / "usual_steps" / "openvino",
-            components=text_to_image_components(folder),
-            weight_dtype="fp32",
-        )
-        for name, knobs in recipes.items():
-            replayed_recipes.check(Path(export_dir) / "unet" / "openvino_model.xml", name, knobs)
+        check_replayed(folder, work / "usual_steps" / "openvino", recipes)
 
     # 2. The usual steps, with guidance: every front-end and INT8 recipe (under the toy's names)
     toy_names = {adherence.FLOAT_GROUP_RECIPES.get(v, v): v for v in variants}
@@ -146,108 +129,17 @@ def measure(
         variants=tuple(toy_names),
         recipes=recipes,
     )
-    reference = usual["images"][REFERENCE]
-    rows = {}
-
-    def add(key, title, adherence_score, psnr, precision, n, seconds):
-        rows[key] = {
-            "title": title,
-            "adherence": adherence_score,
-            "psnr_vs_f32": psnr,
-            "precision": precision,
-            "steps": n,
-            "seconds": round(seconds, 2),
-        }
-
-    def add_images(key, title, images, precision, n, seconds):  # a few-step row: scored here
-        score = dataset.adherence(images, usual["prompts"])["score"]
-        add(key, title, score, quality.compare_images(reference, images)["psnr_mean"], precision, n, seconds)
-
-    titles = {
-        "torch_fp32": "PyTorch fp32",
-        "ov_default": "OpenVINO, the plugin's default precision",
-        "jax_fp32": "JAX fp32",
-    }
-    titles.update(
-        {name: f"OpenVINO {replayed_recipes.title(name, knobs)}" for name, knobs in recipes.items()}
-    )
-    for toy_name, row in usual["rows"].items():  # evaluate() scored these against OpenVINO f32 already
-        name = toy_names.get(toy_name, toy_name)
-        recipe = name in variants or name in recipes
-        key = USUAL_STEPS_ROWS.get(name) or (usual_steps_key(name) if recipe else None)
-        if key is not None:
-            title = f"{titles.get(name, f'OpenVINO {name} UNet')}, {steps} steps"
-            score, psnr = row["adherence"]["score"], row[f"vs_{REFERENCE}"]["psnr_mean"]
-            add(key, title, score, psnr, row["precision"], steps, row["seconds"])
+    rows = usual_rows(usual, toy_names, variants, recipes, steps)
 
     # 3. Few LCM steps with the adapter fused: each INT8 recipe, with the VAE and the tiny autoencoder
     if lora_path is not None:
-        size = usual["config"]["size"]
-        prompts = usual["prompts"]
-        latents = paired_latents(folder, num_prompts, size, seed)
-        few = work / "few_steps"
-        shape = StaticShape(num_prompts, size, size, guidance=False)  # one call: every prompt, no CFG
-        pipes = {}  # (tiny, static) -> (pipeline, UNet IR)
-        for tiny in (False, True) if taesd is not None else (False,):
-            for static in (False, True):
-                pipes[tiny, static] = adherence_steps.openvino_pipe(
-                    folder,
-                    "lcm",
-                    lora_path,
-                    few,
-                    vae=taesd if tiny else None,
-                    static=shape if static else None,
-                )
-        first, unet_xml = pipes[False, False]
-        quantized = adherence.quantize_unet(
-            first,
-            unet_xml,
-            few / "int8",
-            list(toy_names),
-            steps=adherence_steps.CALIBRATION_STEPS["lcm"],
-            guidance_scale=1.0,
-            size=size,
-            seed=seed,
-        )
-        for toy_name, xml in quantized.items():
-            variant = toy_names[toy_name]
-            for (tiny, static), (pipe, _) in pipes.items():
-                pipe.replace_unet(xml)
-                start = time.perf_counter()
-                images = adherence_steps.openvino_runner(pipe)(prompts, latents, few_steps, 1.0, size)
-                decoder = " + tiny autoencoder" if tiny else ""
-                compiled = " + static" if static else ""
-                title = f"OpenVINO {variant} UNet, {few_steps} steps LCM + LoRA fused{compiled}{decoder}"
-                add_images(
-                    few_steps_key(variant, tiny, static),
-                    title,
-                    images,
-                    f"int8+{pipe.precision}",
-                    few_steps,
-                    time.perf_counter() - start,
-                )
-        if taesd is not None:
-            start = time.perf_counter()
-            run = adherence_steps.jax_runner(folder, "lcm", lora_path, vae=taesd)
-            images = run(prompts, latents, few_steps, 1.0, size)
-            title = f"JAX fp32, {few_steps} steps LCM + LoRA fused + tiny autoencoder"
-            add_images(JAX_FEW_STEPS_ROW, title, images, "f32", few_steps, time.perf_counter() - start)
+        few = (work / "few_steps", lora_path, taesd, few_steps)
+        rows |= few_step_rows(folder, usual, few, toy_names, num_prompts, seed)
 
     # 4. The stacks: each one's last row, DeepCache (cut at the block or at the last layer) on top
     #    of static shapes and INT8
-    from sdaccel.cpu.deepcache import lever_name
-    from sdaccel.toy import stack_quality
-
     for cut, interval in stacks.items():
-        stack = stack_quality.measure(
-            folder, work / "stack", export_dir=work / "stack" / "export", num_prompts=num_prompts,
-            steps=steps, guidance_scale=guidance_scale, levers=STACK_LEVERS, interval=interval, cut=cut,
-        )  # fmt: skip
-        row = stack["rows"][stack_quality.stack_names(0.5, interval, STACK_LEVERS, cut)[-1]]
-        title = f"OpenVINO static + full INT8 (ResNets in float) + {lever_name(interval, cut)}, {steps} steps"
-        seconds = row["s_per_image"] * num_prompts  # the median image's, times the images
-        score, psnr = row["adherence"]["score"], row["psnr_mean"]
-        add(STACK_ROWS[cut], title, score, psnr, "int8+f32", steps, seconds)
+        rows[STACK_ROWS[cut]] = stack_row(folder, work, cut, interval, num_prompts, steps, guidance_scale)
 
     # 5. The result, with what ran
     config = {
@@ -265,18 +157,169 @@ def measure(
     return {"checkpoint": str(checkpoint), "config": config, "rows": rows}
 
 
+def check_request(lora, taesd, variants, num_prompts: int, steps, seed: int, *intervals) -> dict[str, int]:
+    """Refuse what :func:`measure` cannot run (``steps``: the usual and the few; ``intervals``:
+    the stack's and the layer-cut stack's); returns the stacks asked for, interval by cut."""
+    if taesd is not None and lora is None:
+        raise ValueError("The tiny autoencoder is measured on the few-step rows: pass lora= with taesd=.")
+    unknown = [v for v in variants if v not in VARIANTS]
+    if unknown:
+        raise ValueError(f"Unknown INT8 recipes {unknown}; choose from {list(VARIANTS)}.")
+    if num_prompts < 1 or min(steps) < 1:
+        raise ValueError(f"prompts and steps must be at least 1, got {num_prompts}, {steps[0]}, {steps[1]}.")
+    stacks = {
+        cut: interval
+        for cut, interval in zip(("block", "layer"), intervals, strict=True)
+        if interval is not None
+    }
+    if stacks and (min(stacks.values()) < 1 or seed != 0):
+        raise ValueError(
+            f"The stack's rows need stack_interval and stack_layer_interval >= 1 and seed 0 "
+            f"(sdaccel.toy.stack_quality seeds image i with i), got {stacks} and {seed}."
+        )
+    return stacks
+
+
+def check_replayed(folder: Path, export_dir: Path, recipes: dict) -> None:
+    """The f32 export of the usual steps, and each replayed recipe checked against its UNet."""
+
+    export_dir = export_pipeline(
+        folder, export_dir, components=text_to_image_components(folder), weight_dtype="fp32"
+    )
+    for name, knobs in recipes.items():
+        replayed_recipes.check(Path(export_dir) / "unet" / "openvino_model.xml", name, knobs)
+
+
+def row(title: str, adherence: float, psnr: float, precision: str, steps: int, seconds: float) -> dict:
+    """A row of the table, keyed as the benchmark's rows."""
+    return {
+        "title": title,
+        "adherence": adherence,
+        "psnr_vs_f32": psnr,
+        "precision": precision,
+        "steps": steps,
+        "seconds": round(seconds, 2),
+    }
+
+
+def usual_rows(usual: dict, toy_names: dict, variants, recipes: dict, steps: int) -> dict:
+    """The rows of the usual steps, from :func:`sdaccel.toy.adherence.evaluate`'s (which scored
+    them against OpenVINO f32 already), under the benchmark's keys."""
+    titles = {
+        "torch_fp32": "PyTorch fp32",
+        "ov_default": "OpenVINO, the plugin's default precision",
+        "jax_fp32": "JAX fp32",
+    }
+    titles.update(
+        {name: f"OpenVINO {replayed_recipes.title(name, knobs)}" for name, knobs in recipes.items()}
+    )
+    rows = {}
+    for toy_name, usual_row in usual["rows"].items():
+        name = toy_names.get(toy_name, toy_name)
+        recipe = name in variants or name in recipes
+        key = USUAL_STEPS_ROWS.get(name) or (usual_steps_key(name) if recipe else None)
+        if key is not None:
+            title = f"{titles.get(name, f'OpenVINO {name} UNet')}, {steps} steps"
+            score, psnr = usual_row["adherence"]["score"], usual_row[f"vs_{REFERENCE}"]["psnr_mean"]
+            rows[key] = row(title, score, psnr, usual_row["precision"], steps, usual_row["seconds"])
+    return rows
+
+
+def few_step_rows(
+    folder: Path, usual: dict, few: tuple, toy_names: dict, num_prompts: int, seed: int
+) -> dict:
+    """Each INT8 recipe of the UNet with the LCM-LoRA fused (``few``: the work folder, the
+    adapter, the tiny autoencoder or None, the steps), run dynamic and static, decoded by the VAE
+    and the tiny autoencoder; then JAX with the tiny autoencoder: scored against OpenVINO f32."""
+
+    work, lora_path, taesd, few_steps = few
+    size, prompts = usual["config"]["size"], usual["prompts"]
+    latents = paired_latents(folder, num_prompts, size, seed)
+    shape = StaticShape(num_prompts, size, size, guidance=False)  # one call: every prompt, no CFG
+    pipes = {}  # (tiny, static) -> (pipeline, UNet IR)
+    for tiny in (False, True) if taesd is not None else (False,):
+        for static in (False, True):
+            vae, compiled = (taesd if tiny else None), (shape if static else None)
+            pipes[tiny, static] = adherence_steps.openvino_pipe(
+                folder, "lcm", lora_path, work, vae=vae, static=compiled
+            )
+    first, unet_xml = pipes[False, False]
+    quantized = adherence.quantize_unet(
+        first, unet_xml, work / "int8", list(toy_names), steps=adherence_steps.CALIBRATION_STEPS["lcm"],
+        guidance_scale=1.0, size=size, seed=seed,
+    )  # fmt: skip
+    call = (prompts, latents, few_steps, 1.0, size)
+    table = {}
+    for toy_name, xml in quantized.items():
+        variant = toy_names[toy_name]
+        for (tiny, static), (pipe, _) in pipes.items():
+            decoder = " + tiny autoencoder" if tiny else ""
+            title = f"OpenVINO {variant} UNet, {few_steps} steps LCM + LoRA fused{' + static' if static else ''}{decoder}"
+            table[few_steps_key(variant, tiny, static)] = partial(openvino_images, pipe, xml, title, call)
+    if taesd is not None:
+        title = f"JAX fp32, {few_steps} steps LCM + LoRA fused + tiny autoencoder"
+        table[JAX_FEW_STEPS_ROW] = partial(jax_images, folder, lora_path, taesd, title, call)
+    reference = {REFERENCE: usual["images"][REFERENCE]}
+    rows, _ = runner.score(table, prompts, few_step_row, references=reference)
+    return rows
+
+
+def openvino_images(pipe, xml: Path, title: str, call: tuple) -> tuple[list, dict]:
+    """A few-step OpenVINO row's images, ``xml`` its UNet, and what it measured."""
+
+    pipe.replace_unet(xml)
+    start = time.perf_counter()
+    images = adherence_steps.openvino_runner(pipe)(*call)
+    measured = {"title": title, "precision": f"int8+{pipe.precision}", "steps": call[2]}
+    return images, {**measured, "seconds": time.perf_counter() - start}
+
+
+def jax_images(folder: Path, lora_path: Path, taesd, title: str, call: tuple) -> tuple[list, dict]:
+    """The few-step JAX row's images (its pipeline's making timed too), and what it measured."""
+
+    start = time.perf_counter()
+    images = adherence_steps.jax_runner(folder, "lcm", lora_path, vae=taesd)(*call)
+    return images, {
+        "title": title,
+        "precision": "f32",
+        "steps": call[2],
+        "seconds": time.perf_counter() - start,
+    }
+
+
+def few_step_row(images: list, prompts, measured: dict, against: dict) -> dict:
+    """A few-step row: scored here, against OpenVINO f32's images of the usual steps."""
+
+    psnr = quality.compare_images(against[REFERENCE], images)["psnr_mean"]
+    score = dataset.adherence(images, prompts)["score"]
+    return row(measured["title"], score, psnr, measured["precision"], measured["steps"], measured["seconds"])
+
+
+def stack_row(
+    folder: Path, work: Path, cut: str, interval: int, num_prompts: int, steps: int, guidance
+) -> dict:
+    """The stack's row: the last row of :func:`sdaccel.toy.stack_quality.measure`, DeepCache cut
+    at ``cut`` and ``interval`` on top of static shapes and INT8 (its images seeded as these)."""
+
+    stack = stack_quality.measure(
+        folder, work / "stack", export_dir=work / "stack" / "export", num_prompts=num_prompts,
+        steps=steps, guidance_scale=guidance, levers=STACK_LEVERS, interval=interval, cut=cut,
+    )  # fmt: skip
+    last = stack["rows"][stack_quality.stack_names(0.5, interval, STACK_LEVERS, cut)[-1]]
+    title = f"OpenVINO static + full INT8 (ResNets in float) + {lever_name(interval, cut)}, {steps} steps"
+    seconds = last["s_per_image"] * num_prompts  # the median image's, times the images
+    return row(title, last["adherence"]["score"], last["psnr_mean"], "int8+f32", steps, seconds)
+
+
 def format_table(result: dict) -> str:
     """The rows as a Markdown table: adherence and PSNR against OpenVINO f32."""
-    rows = [
-        [row["title"], f"{row['adherence']:.3f}", f"{row['psnr_vs_f32']:.1f}", row["precision"]]
-        for row in result["rows"].values()
+    columns = [
+        Column("recipe", lambda name, row: row["title"], "l"),
+        Column(f"adherence ({result['config']['prompts']} held-out prompts)", number("adherence", ".3f")),
+        Column("PSNR dB vs OpenVINO f32", number("psnr_vs_f32", ".1f")),
+        Column("precision", lambda name, row: row["precision"], "l"),
     ]
-    prompts = result["config"]["prompts"]
-    return markdown_table(
-        ["recipe", f"adherence ({prompts} held-out prompts)", "PSNR dB vs OpenVINO f32", "precision"],
-        rows,
-        align="lrrl",
-    )
+    return runner.format_table(result["rows"], columns)
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -323,7 +366,6 @@ def main(argv: list[str] | None = None) -> dict:
             replayed_recipes.knobs(name, replayed[name])  # readable, before anything runs
         except (OSError, ValueError) as error:
             parser.error(f"--replay {item}: {error}")
-    from sdaccel.toy.report import finish
 
     work = Path(args.work_dir or Path("build") / "whole_image_quality" / Path(args.checkpoint).name)
     result = measure(

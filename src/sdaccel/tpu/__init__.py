@@ -4,7 +4,9 @@ Importing this package imports JAX and Flax (never PyTorch or OpenVINO). The mod
 command lines (``python -m sdaccel.tpu.<name>``: :mod:`~sdaccel.tpu.compilation`,
 :mod:`~sdaccel.tpu.plan`, :mod:`~sdaccel.tpu.generate`) and :mod:`~sdaccel.tpu.serving` are not
 imported here, so that running one does not import it twice: import them as modules,
-``from sdaccel.tpu import plan``.
+``from sdaccel.tpu import plan``, or import one of their names from the room, which imports its
+module then (:data:`PUBLIC_NAMES`: name -> module). :data:`__all__` lists every public name, and the
+modules a notebook imports as modules.
 
 ## Pipelines
 
@@ -38,23 +40,29 @@ imported here, so that running one does not import it twice: import them as modu
 - :data:`RULES`, :func:`tree_shardings`, :func:`shard_model`, :func:`check_batch`,
   :func:`pad_batch`, :class:`ShardingError`: one table of sharding rules, and the batch that a mesh
   divides.
+- :func:`spec_for`, :func:`explain`, :func:`param_specs`, :func:`path_string`, :func:`axis_size`,
+  :data:`P` (JAX's ``PartitionSpec``, as the rules write it): which rule shards a parameter, and how;
+  :func:`describe`, :func:`visualize`: how an array is laid out over the mesh.
 
 ## Compiling and measuring
 
 - :func:`aot_compile`, :class:`AOTCache`, :class:`Compiled`, :func:`xla_flops`: ahead-of-time
   compiles and XLA's FLOP count; :func:`platform_compiler_options`: the XLA options they compile
   with on a platform (on the CPU, one float32 copy of a bfloat16 weight at a time).
-- :mod:`~sdaccel.tpu.compilation`: the JAX timer (``time_calls``), peaks and utilisation, cost
-  per image (``cost_per_image``), the persistent compilation cache and its probe (``cache_probe``),
-  attention timing.
-- :mod:`~sdaccel.tpu.serving`: throughput sweeps and resolution buckets.
+- :mod:`~sdaccel.tpu.compilation`: the JAX timer (``time_calls``), the chip's peak
+  (``device_summary``, ``PEAK_BF16_FLOPS``) and utilisation (``utilisation``), the persistent
+  compilation cache (``enable_compilation_cache``) and its probe (``cache_probe``), attention timing
+  (``time_attention``, ``attention_implementations``). Cost per image is
+  :func:`sdaccel.core.timing.cost_per_image` (no JAX: the CPU track prices its images too).
+- :mod:`~sdaccel.tpu.serving`: throughput sweeps (``sweep``) and resolution buckets (``Buckets``).
 
 ## Planning for a TPU
 
 - :mod:`~sdaccel.tpu.plan`: compile the real programs for a Cloud TPU slice with no TPU, and read
-  off memory, FLOPs, the time floor and communication (``predict``, ``beside``, ``tpu_floor``).
-- :mod:`~sdaccel.tpu.topology`: the slices (:func:`topology`) and their compile-only devices;
-  :class:`CompilerMissing` without libtpu.
+  off memory, FLOPs, the time floor and communication (``predict``, ``measurement``, ``summary``,
+  ``beside``).
+- :mod:`~sdaccel.tpu.topology`: the slices (``topology.topology``) and their compile-only devices;
+  :class:`CompilerMissing` without libtpu; :func:`collectives`, the communication in a program's HLO.
 
 ## Command lines
 
@@ -64,6 +72,7 @@ imported here, so that running one does not import it twice: import them as modu
 
 from __future__ import annotations
 
+from sdaccel.core.names import lazy_names
 from sdaccel.tpu import distributed, sharding, topology
 from sdaccel.tpu.aot import AOTCache, Compiled, aot_compile, platform_compiler_options, xla_flops
 from sdaccel.tpu.lora import fuse_layer, fuse_lora, fused_adapters, unfuse_lora
@@ -80,19 +89,50 @@ from sdaccel.tpu.pipeline import (
 from sdaccel.tpu.sharded_pipeline import ShardedPipeline
 from sdaccel.tpu.sharding import (
     RULES,
+    P,
     ShardingError,
+    axis_size,
     check_batch,
+    describe,
+    explain,
     make_mesh,
     pad_batch,
+    param_specs,
     parse_mesh,
+    path_string,
     shard_model,
     simulate_cpu_devices,
+    spec_for,
     tree_shardings,
+    visualize,
 )
-from sdaccel.tpu.topology import CompilerMissing
+from sdaccel.tpu.topology import CompilerMissing, collectives
 
 #: Modules of the room that are command lines too: imported by name, never here.
 COMMAND_LINE_MODULES = ("compilation", "serving", "plan", "generate")
+
+#: The public names of those modules: name -> its module, imported on first use.
+PUBLIC_NAMES = {
+    # Compiling and measuring
+    "time_calls": "compilation",
+    "device_summary": "compilation",
+    "PEAK_BF16_FLOPS": "compilation",
+    "utilisation": "compilation",
+    "enable_compilation_cache": "compilation",
+    "cache_probe": "compilation",
+    "time_attention": "compilation",
+    "attention_implementations": "compilation",
+    "sweep": "serving",
+    "Buckets": "serving",
+    # Planning for a TPU
+    "predict": "plan",
+    "measurement": "plan",
+    "summary": "plan",
+    "beside": "plan",
+}
+
+#: Public names that are a module's name too, reached through their module (``topology.topology``).
+SHARED_NAMES = {"topology": ("topology",)}
 
 __all__ = [
     # Pipelines
@@ -124,6 +164,14 @@ __all__ = [
     "check_batch",
     "pad_batch",
     "ShardingError",
+    "spec_for",
+    "explain",
+    "param_specs",
+    "path_string",
+    "axis_size",
+    "P",
+    "describe",
+    "visualize",
     # Compiling and measuring
     "aot_compile",
     "AOTCache",
@@ -136,7 +184,11 @@ __all__ = [
     "plan",
     "topology",
     "CompilerMissing",
+    "collectives",
     # Command lines
     "generate",
     "distributed",
+    # The command lines' names, imported on first use
+    *PUBLIC_NAMES,
 ]
+__getattr__, __dir__ = lazy_names(__name__, PUBLIC_NAMES, COMMAND_LINE_MODULES)

@@ -29,7 +29,7 @@ around a call measures neither the compile nor the run. The rules this module fo
   :func:`utilisation` compares the achieved FLOP/s with the chip's peak from
   :data:`PEAK_BF16_FLOPS`.
 - **Cost** per image and per 1,000 images follows from throughput and an hourly price
-  (:func:`cost_per_image`).
+  (:func:`sdaccel.core.timing.cost_per_image`, framework-free, so the CPU track prices its images too).
 - **Attention kernels** (:func:`time_attention`): XLA's, cuDNN's on GPUs, and the Pallas splash
   kernel on TPUs (``sdaccel.tpu.models.attention``), on one attention problem.
 
@@ -122,13 +122,6 @@ def utilisation(flops: float | None, seconds: float, peak: float | None, devices
     if not flops or peak is None or seconds <= 0:
         return None
     return flops / seconds / (peak * devices)
-
-
-def cost_per_image(images_per_s: float, price_per_hour: float) -> dict:
-    """Dollars per image and per 1,000 images for a machine that costs ``price_per_hour`` (all
-    its chips together) and makes ``images_per_s`` when kept busy."""
-    per_image = price_per_hour / 3600.0 / images_per_s
-    return {"per_image": per_image, "per_1000_images": 1000.0 * per_image, "price_per_hour": price_per_hour}
 
 
 # ----------------------------------------------------------------------------------------------

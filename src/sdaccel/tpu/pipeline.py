@@ -38,6 +38,7 @@ import functools
 import os
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -182,6 +183,43 @@ def _check_dtype(dtype):
     return jnp.dtype(dtype)
 
 
+def _text_to_image_checkpoint(path_or_id: str | os.PathLike, variant: str | None) -> tuple[Path, dict, list]:
+    """``(folder, model_index, components)`` of a diffusers checkpoint (a folder or a hub id; only
+    the components ``model_index.json`` lists are downloaded), or :class:`CheckpointError` when it
+    lacks what text-to-image needs."""
+    index = read_json(resolve_checkpoint(path_or_id, components=[]) / "model_index.json")
+    components = [
+        name
+        for name, value in index.items()
+        if name in COMPONENT_PATTERNS and isinstance(value, list) and value[0] is not None
+    ]
+    folder = resolve_checkpoint(path_or_id, components=components, variant=variant)
+    missing = {"unet", "vae", "text_encoder", "tokenizer", "scheduler"} - set(components)
+    if missing:
+        raise CheckpointError(
+            f"{path_or_id}: model_index.json lists no {sorted(missing)}; not a text-to-image SD checkpoint."
+        )
+    return folder, index, components
+
+
+def _load_decoder(folder: Path, tiny_vae, dtype, sharding, progress: bool, variant: str | None):
+    """The pipeline's VAE: the tiny autoencoder ``tiny_vae`` in ``dtype`` when given, else the
+    checkpoint's own, float32 when its config says ``force_upcast``."""
+    if tiny_vae is not None:
+        return load_tiny_vae(tiny_vae, dtype=dtype, sharding=sharding, progress=progress)
+    vae_config = read_config(folder, "vae")
+    vae_dtype = jnp.float32 if vae_config.get("force_upcast", True) else dtype
+    return load_vae(
+        folder,
+        "vae",
+        dtype=vae_dtype,
+        sharding=sharding,
+        progress=progress,
+        force_upcast=False,
+        variant=variant,
+    )
+
+
 class JaxPipeline:
     """SDXL / SD text-to-image. Build it with :meth:`from_pretrained`, run it with :meth:`generate`.
 
@@ -287,18 +325,7 @@ class JaxPipeline:
         """
         # 1. Check inputs: the dtype, the components model_index.json lists, the tiny VAE
         dtype = _check_dtype(dtype)
-        index = read_json(resolve_checkpoint(path_or_id, components=[]) / "model_index.json")
-        components = [
-            name
-            for name, value in index.items()
-            if name in COMPONENT_PATTERNS and isinstance(value, list) and value[0] is not None
-        ]
-        folder = resolve_checkpoint(path_or_id, components=components, variant=variant)
-        missing = {"unet", "vae", "text_encoder", "tokenizer", "scheduler"} - set(components)
-        if missing:
-            raise CheckpointError(
-                f"{path_or_id}: model_index.json lists no {sorted(missing)}; not a text-to-image SD checkpoint."
-            )
+        folder, index, components = _text_to_image_checkpoint(path_or_id, variant)
         tiny_vae = resolve_tiny_vae(folder, vae)  # checked before any weight is read
 
         # 2. Load the text encoders, the UNet and the VAE, each weight placed as it is read
@@ -317,20 +344,7 @@ class JaxPipeline:
         unet = load_unet(
             folder, "unet", dtype=dtype, sharding=place("unet"), progress=progress, variant=variant
         )
-        if tiny_vae is not None:
-            vae = load_tiny_vae(tiny_vae, dtype=dtype, sharding=place("vae"), progress=progress)
-        else:
-            vae_config = read_config(folder, "vae")
-            vae_dtype = jnp.float32 if vae_config.get("force_upcast", True) else dtype
-            vae = load_vae(
-                folder,
-                "vae",
-                dtype=vae_dtype,
-                sharding=place("vae"),
-                progress=progress,
-                force_upcast=False,
-                variant=variant,
-            )
+        vae = _load_decoder(folder, tiny_vae, dtype, place("vae"), progress, variant)
         # 3. The scheduler and the pipeline
         sched = schedulers.from_config(read_config(folder, "scheduler"), kind=scheduler)
         pipe = cls(prompt_encoder, unet, vae, sched, folder=folder, model_index=index)
@@ -514,6 +528,39 @@ class JaxPipeline:
         time_ids = jnp.broadcast_to(jnp.asarray(ids, jnp.float32), (len(prompts), len(pairs), 6))
         return dataclasses.replace(cond, text_embeds=pooled, time_ids=time_ids)
 
+    def _starting_latents(self, request, first_index: int, latents) -> jax.Array | np.ndarray:
+        """The noise :meth:`generate` starts from: ``latents`` when given (their shape checked), else
+        :func:`initial_noise` of the request's images (global indices from ``first_index``)."""
+        shape = self.latent_shape(request.height, request.width)
+        if latents is None:
+            return initial_noise(request.seed, jnp.arange(first_index, first_index + request.batch), shape)
+        if tuple(latents.shape) != (request.batch, *shape):
+            raise ValueError(
+                f"latents have shape {tuple(latents.shape)}, expected {(request.batch, *shape)} "
+                f"(batch, height/{self.vae_scale_factor}, width/{self.vae_scale_factor}, channels), channels-last."
+            )
+        return latents
+
+    def _request_conditioning(
+        self, request, first_index: int, original_size, crops_coords_top_left, target_size
+    ) -> Conditioning:
+        """:meth:`conditioning` of a checked request, with the per-image noise keys of a stochastic
+        scheduler (global indices from ``first_index``)."""
+        cond = self.conditioning(
+            request.prompts,
+            request.negative_prompts,
+            request.guidance_scale,
+            request.height,
+            request.width,
+            original_size,
+            crops_coords_top_left,
+            target_size,
+        )
+        if self.scheduler.stochastic:
+            keys = image_keys(request.seed, jnp.arange(first_index, first_index + request.batch))
+            cond = dataclasses.replace(cond, noise_keys=keys)
+        return cond
+
     # ------------------------------------------------------------------------------------------
     # The user-facing call
     # ------------------------------------------------------------------------------------------
@@ -564,32 +611,15 @@ class JaxPipeline:
             prompts, negative_prompts, steps, guidance_scale, height, width, seed, first_index=first_index
         )
         # 2. Prepare the starting noise and the timesteps
-        shape = self.latent_shape(request.height, request.width)
-        if latents is None:
-            latents = initial_noise(request.seed, jnp.arange(first_index, first_index + request.batch), shape)
-        elif tuple(latents.shape) != (request.batch, *shape):
-            raise ValueError(
-                f"latents have shape {tuple(latents.shape)}, expected {(request.batch, *shape)} "
-                f"(batch, height/{self.vae_scale_factor}, width/{self.vae_scale_factor}, channels), channels-last."
-            )
+        latents = self._starting_latents(request, first_index, latents)
         state = self.scheduler.set_timesteps(request.steps)
 
         # 3. Encode the prompts (and the per-image noise keys of a stochastic scheduler)
         encode_compile, denoise_compile = self._encode.compile_s, self._denoise.compile_s
         start = time.perf_counter()
-        cond = self.conditioning(
-            request.prompts,
-            request.negative_prompts,
-            request.guidance_scale,
-            request.height,
-            request.width,
-            original_size,
-            crops_coords_top_left,
-            target_size,
+        cond = self._request_conditioning(
+            request, first_index, original_size, crops_coords_top_left, target_size
         )
-        if self.scheduler.stochastic:
-            keys = image_keys(request.seed, jnp.arange(first_index, first_index + request.batch))
-            cond = dataclasses.replace(cond, noise_keys=keys)
         jax.block_until_ready(cond)
         encoded = time.perf_counter()
         # 4. Denoise and decode: one compiled program

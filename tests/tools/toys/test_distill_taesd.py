@@ -15,7 +15,7 @@ import pytest
 from sdaccel.core.checkpoint import resolve_tiny_vae
 from sdaccel.core.faults import FAULT_ENV
 from sdaccel.tools.toys import distill_taesd
-from sdaccel.tools.toys.distill_taesd import LOG_NAME, WEIGHTS, TaesdConfig
+from sdaccel.tools.toys.taesd_config import LOG_NAME, WEIGHTS, TaesdConfig
 
 REPO = Path(__file__).resolve().parents[3]
 BASE = REPO / "checkpoints" / "tiny-shapes-sdxl"
@@ -78,20 +78,6 @@ def test_the_folder_loads_through_the_loaders_of_notebook_07(quick_run, tmp_path
         decoder / "openvino_model.xml", "CPU", {"INFERENCE_PRECISION_HINT": "f32"}
     )
     np.testing.assert_allclose(compiled(latents)[0], reference, atol=1e-4)
-
-
-def test_tiny_config_follows_the_vae_and_is_a_taesd_every_loader_takes():
-    from sdaccel.core.checkpoint import check_tiny_vae_compatible, read_config
-    from sdaccel.tpu.models.taesd import TinyVAEConfig
-
-    vae = read_config(BASE, "vae")
-    arguments = distill_taesd.tiny_config(vae, TaesdConfig(width=8, decoder_blocks=2, encoder_blocks=1))
-    assert arguments["decoder_block_out_channels"] == (8, 8, 8)  # one level per VAE level
-    assert arguments["num_decoder_blocks"] == (2, 2, 2) and arguments["num_encoder_blocks"] == (1, 1, 1)
-    assert arguments["latent_channels"] == vae["latent_channels"] and arguments["scaling_factor"] == 1.0
-    config = TinyVAEConfig.from_dict({"_class_name": "AutoencoderTiny", **arguments})
-    assert config.scale_factor == 2 ** (len(vae["block_out_channels"]) - 1)
-    check_tiny_vae_compatible(arguments, BASE)
 
 
 def test_an_existing_destination_is_refused_before_anything_runs(tmp_path):

@@ -25,7 +25,7 @@ from urllib.parse import unquote, urlsplit
 import pytest
 
 from sdaccel.tools.workshop import docs_site
-from sdaccel.tools.workshop.run_notebooks import REPO, discover
+from sdaccel.tools.workshop.discovery import REPO, discover
 
 NOTEBOOKS = discover()
 OWN_BUILD = REPO / "build" / "site-test"

@@ -12,7 +12,7 @@ import pytest
 from sdaccel.core import env
 from sdaccel.course import resources
 from sdaccel.tools.workshop import doctor
-from sdaccel.tools.workshop.run_notebooks import REPO
+from sdaccel.tools.workshop.discovery import REPO
 
 GIB = 2**30
 

@@ -9,8 +9,7 @@ from flax import nnx
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from sdaccel.tpu import plan as tpu_plan
-from sdaccel.tpu import sharding
+from sdaccel.tpu import plan_compile, sharding
 from sdaccel.tpu.models import attention
 from sdaccel.tpu.models.unet import UNet2DConditionModel, UNetConfig
 from sdaccel.tpu.models.weights import abstract_model
@@ -100,7 +99,7 @@ def _build_unet(config):  # one compiled program instead of one dispatch per wei
 
 
 def tiny_unet(impl: str, weights: bool = True) -> UNet2DConditionModel:
-    config = UNetConfig.from_dict(tpu_plan._tiny_configs()["unet"])
+    config = UNetConfig.from_dict(plan_compile._tiny_configs()["unet"])
     model = _build_unet(config) if weights else abstract_model(UNet2DConditionModel, config)
     return attention.use(model, impl, interpret=True)
 

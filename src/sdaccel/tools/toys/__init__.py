@@ -29,8 +29,17 @@ of them.
 - ``distill_eval.evaluate``, ``distill_eval.adherence_table``, ``distill_eval.plot_samples``:
   the adapter's adherence through diffusers.
 - ``model_card.write_readme``, ``model_card.refresh_readme``, ``model_card.readme_text``: the
-  adapter's README.
-- ``distill_taesd.run``, ``distill_taesd.TaesdConfig``, ``distill_taesd.tiny_config``,
-  ``distill_taesd.evaluate``: a tiny autoencoder (TAESD's architecture) distilled from a trained
-  checkpoint's VAE, and its quality against that VAE (``python -m sdaccel.tools.toys.distill_taesd``).
+  adapter's README (its template: model_card.md beside the module).
+- ``distill_taesd.run``, ``distill_taesd.build_parser``: a tiny autoencoder (TAESD's
+  architecture) distilled from a trained checkpoint's VAE, and its quality against that VAE
+  (``python -m sdaccel.tools.toys.distill_taesd``).
+- ``taesd_config.TaesdConfig``, ``taesd_config.tiny_config``, ``taesd_config.checkpoint_vae``,
+  ``taesd_config.check_destination``: its knobs, the autoencoder's arguments, and the inputs'
+  checks.
+- ``taesd_train.training_data``, ``taesd_train.train``, ``taesd_train.decoder_parameters``: its
+  data (the VAE's latents and decodes) and training loop.
+- ``taesd_eval.evaluate``, ``taesd_eval.evaluation_table``: the same latents through both
+  decoders.
+- ``taesd_card.readme_text``, ``taesd_card.refresh_readme``: its README (its template:
+  taesd_card.md beside the module).
 """

@@ -43,6 +43,7 @@ and the README :mod:`sdaccel.tools.toys.model_card`.
 from __future__ import annotations
 
 import argparse
+import copy
 import dataclasses
 import json
 import time
@@ -50,6 +51,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+from tqdm.auto import tqdm
 
 from sdaccel.core.checkpoint import read_json
 from sdaccel.core.env import cpu_model
@@ -63,6 +65,14 @@ from sdaccel.tools.toys.distill_config import (
 )
 from sdaccel.tools.toys.distill_eval import adherence_table, evaluate, plot_samples
 from sdaccel.tools.toys.model_card import refresh_readme, write_readme
+from sdaccel.tools.toys.train import (
+    TrainConfig,
+    build_scheduler,
+    encode_images,
+    encode_prompts,
+    sdxl_time_ids,
+    warmup_cosine,
+)
 from sdaccel.toy import dataset
 
 PIPELINE_LAYOUTS = {"StableDiffusionXLPipeline": "sdxl", "StableDiffusionPipeline": "sd15"}
@@ -157,8 +167,6 @@ def training_data(folder: Path, layout: str, tokenizers, encoders, vae, limit: i
     config: number of images, seed, size): scaled posterior (mean, std), per-image text
     conditioning and the unconditional pair."""
     import torch
-
-    from sdaccel.tools.toys.train import TrainConfig, encode_images, encode_prompts
 
     # 1. The images and captions, drawn as the base model's training drew them
     log_file = folder / "training_log.json"
@@ -308,9 +316,6 @@ def student_loss(unet, batch: Batch, target, alphas_cumprod, config: DistillConf
 def distill(unet, teacher, data: dict, config: DistillConfig, log: dict, progress: bool = True):
     """Train the LoRA of ``unet`` (already added) against the frozen ``teacher``; fills ``log``."""
     import torch
-    from tqdm.auto import tqdm
-
-    from sdaccel.tools.toys.train import build_scheduler, sdxl_time_ids, warmup_cosine
 
     # 1. The solver, the trainable LoRA weights (and their average), the optimizer
     layout = "sdxl" if data["pooled"] is not None else "sd15"
@@ -410,7 +415,6 @@ def run(
 ) -> dict:
     """Distill ``checkpoint`` into an LCM-LoRA written to ``dst`` (checked first; written to a
     staging folder beside it and renamed at the end). Returns the log."""
-    import copy
 
     import torch
 

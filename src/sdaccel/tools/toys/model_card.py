@@ -1,10 +1,10 @@
 """The model card of a distilled LCM-LoRA: the ``README.md`` written beside the adapter.
 
-:func:`write_readme` fills :data:`README` from the run's config and log (``distill_log.json``):
-what the adapter is, its adherence table against the base model (:mod:`sdaccel.tools.toys.distill_eval`),
-the steps sweep in every pipeline when one was run (:mod:`sdaccel.toy.steps_report`), how to use
-it, the command that remakes it and, for a shipped adapter, the recipes tried and not kept
-(:data:`RECIPES_TRIED`). :func:`refresh_readme` writes it again from a finished folder, which is
+:func:`write_readme` fills :data:`README` (``model_card.md`` beside this module) from the run's
+config and log (``distill_log.json``): what the adapter is, its adherence table against the base
+model (:mod:`sdaccel.tools.toys.distill_eval`), the steps sweep in every pipeline when one was run
+(:mod:`sdaccel.toy.steps_report`), how to use it, the command that remakes it and, for a shipped
+adapter, the recipes tried and not kept (:data:`RECIPES_TRIED`). :func:`refresh_readme` writes it again from a finished folder, which is
 what ``python -m sdaccel.tools.toys.distill BASE OUT --readme-only`` does.
 
 The trained base checkpoints' own READMEs (``checkpoints/tiny-shapes-*/README.md``) are written by
@@ -14,6 +14,7 @@ hand; :mod:`sdaccel.tools.toys.train` writes no card.
 from __future__ import annotations
 
 import dataclasses
+from importlib import resources
 from pathlib import Path
 
 from sdaccel.core.checkpoint import read_json
@@ -23,87 +24,7 @@ from sdaccel.tools.toys.distill_eval import adherence_table
 from sdaccel.toy.steps_report import format_table, pipeline_verdicts
 
 #: The card, filled in by :func:`readme_text`.
-README = """# {name}
-
-An **LCM-LoRA** for [`{base}`](../{base}/README.md): a {kb:.0f} KB low-rank adapter (rank {rank},
-{params:,} parameters, diffusers LoRA layout) that makes the tiny shapes model draw in **4
-steps** what its own sampler needs 20 for. It was distilled from that model on a CPU in
-{minutes:.1f} minutes by `sdaccel.tools.toys.distill`, the recipe of diffusers'
-`examples/consistency_distillation/train_lcm_distill_lora_sdxl.py` made small.
-
-![held-out prompts: LCM-LoRA at 1, 2, 4, 8 steps, base model at {base_steps}](samples.png)
-
-*(held-out prompts, diffusers fp32, the same initial noise in every row: the adapter with
-`LCMScheduler` at 1, 2, 4 and 8 steps, guidance {lcm_guidance:g}; bottom row: the base model,
-{base_sampler} {base_steps} steps, guidance {base_guidance:g})*
-
-## Prompt adherence
-
-{prompts} held-out prompts (combinations never seen in training), `dataset.adherence`, diffusers
-{diffusers}, torch {torch} CPU, fp32, image `i` from `torch.randn` seeded with `i`:
-
-{table}
-
-{verdict}
-
-{pipelines}
-
-## How to use it
-
-The adapter carries the guidance it was distilled with (the teacher's guidance scale, from
-{g_min:g} to {g_max:g}), so run it **without** classifier-free guidance (`guidance_scale`
-1; no negative batch) with the LCM sampler:
-
-```python
-# diffusers
-import torch
-from diffusers import DiffusionPipeline, LCMScheduler
-pipe = DiffusionPipeline.from_pretrained("{base_path}", dtype=torch.float32)
-pipe.load_lora_weights("{path}")
-pipe.scheduler = LCMScheduler.from_config(pipe.scheduler.config)
-images = pipe(["a red circle on a blue background, top left"], num_inference_steps=4, guidance_scale=1.0).images
-
-# JAX (this repository)
-import jax.numpy as jnp
-from sdaccel.tpu.pipeline import JaxPipeline
-pipe = JaxPipeline.from_pretrained("{base_path}", dtype=jnp.float32, scheduler="lcm")
-pipe.fuse_lora([("{path}/{weights}", 1.0)])
-result = pipe.generate(["a red circle on a blue background, top left"], steps=4, guidance_scale=1.0)
-
-# OpenVINO: fused at export
-from sdaccel.cpu.export import export_pipeline
-from sdaccel.cpu.pipeline import OVPipeline
-export_pipeline("{base_path}", "build/ov-lcm", lora=[("{path}/{weights}", 1.0)])
-pipe = OVPipeline.from_pretrained("build/ov-lcm", scheduler="lcm")
-```
-
-## How it was made
-
-```bash
-{command}
-```
-
-{config_list}
-
-The student is the base UNet with a peft `LoraConfig` (rank {rank}, alpha {rank}, Gaussian init)
-on {modules}; the teacher is the frozen base UNet. Each step: {batch} training latents (the
-base model's own training set, `dataset.make_dataset({images}, seed=0)`, through its VAE), noised
-to one of the {ddim} DDIM timesteps ({grid}); the teacher takes one guided DDIM step
-{skip} timesteps down (`w` uniform in [{w_min:g}, {w_max:g}] in `cond + w (cond - uncond)`, guidance scales {g_min:g} to {g_max:g},
-zeros or the empty prompt as the unconditional input, as the base model was trained); the
-student's boundary-scaled clean-latent estimate at the start must match the target's ({target})
-at the end of that step; pseudo-Huber loss (c = {huber_c:g}), AdamW,
-learning rate {lr:g} with {warmup} warm-up steps and a cosine decay over {steps} steps.
-
-Wall time: **{train_s:.0f} s of training** ({done} steps{stopped}) and {eval_s:.0f} s of
-evaluation on {cpu} (one torch thread, other jobs running). `distill_log.json` holds the
-config, the loss curve, the times and the adherence. Seeded throughout: with one thread and the
-same torch build the run repeats on the same machine, as long as the time cap is not reached.
-{tried}
-## License
-
-Apache-2.0, as the rest of this repository, and as the base model: made from it alone.
-"""
+README = resources.files(__package__).joinpath("model_card.md").read_text(encoding="utf-8")
 
 
 #: Recipes tried for a shipped adapter (by folder name) and not kept, for its README: what was

@@ -52,6 +52,7 @@ One torch thread by default: with other processes on the machine, two threads we
 from __future__ import annotations
 
 import argparse
+import copy
 import dataclasses
 import json
 import time
@@ -457,7 +458,6 @@ def train_unet(latents, prompt_embeds, pooled, uncond, config: TrainConfig, log:
 
     Returns the exponential moving average of the weights, the model the pipeline will use.
     """
-    import copy
 
     import torch
 

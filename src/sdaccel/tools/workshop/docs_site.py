@@ -25,7 +25,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from sdaccel.tools.workshop.run_notebooks import REPO, discover
+from sdaccel.tools.workshop.discovery import REPO, discover
 
 #: Pages of docs/ in the site's navigation, in order.
 GUIDE = ["docs/workshop.md", "docs/troubleshooting.md"]

@@ -27,14 +27,22 @@ import platform
 import re
 import subprocess
 import sys
+import urllib.request
 from dataclasses import asdict, dataclass, field
+from fnmatch import fnmatch
 from pathlib import Path
+
+import psutil
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import canonicalize_name
+from packaging.version import InvalidVersion, Version
 
 from sdaccel.core import env
 from sdaccel.core.checkpoint import allow_patterns
 from sdaccel.core.staging import free_bytes
-from sdaccel.course import resources
+from sdaccel.course import resources, run_profiles
 from sdaccel.cpu import families
+from sdaccel.tools.workshop.discovery import PROFILE_ENV
 
 REPO = Path(__file__).resolve().parents[4]
 GIB = 2**30
@@ -84,8 +92,6 @@ def parse_pins(text: str, environment: dict[str, str] | None = None) -> dict[str
     that applies here: a line whose environment marker is false (``libtpu==...; sys_platform ==
     "linux" and platform_machine == "x86_64"`` on a Mac) is left out. ``environment`` overrides
     the marker variables of this Python (``{"sys_platform": "darwin", ...}``), for tests."""
-    from packaging.requirements import InvalidRequirement, Requirement
-    from packaging.utils import canonicalize_name
 
     pins = {}
     for line in text.splitlines():
@@ -108,8 +114,6 @@ def check_versions(
     pins: dict[str, str], installed: dict[str, str | None], required: tuple[str, ...], source: str
 ) -> Check:
     """Installed versions against the pins: a missing required package fails; a different version warns."""
-    from packaging.utils import canonicalize_name
-    from packaging.version import InvalidVersion, Version
 
     def same(have: str, want: str) -> bool:  # a local build tag (torch's "+cpu") is the same release
         try:
@@ -382,8 +386,6 @@ def check_hub(reachable: bool | None, error: str, token: bool, profile: str) -> 
 def hub_reachable(endpoint: str, timeout: float = 3.0) -> tuple[bool | None, str]:
     if os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on"):
         return None, "offline mode"
-    import urllib.error
-    import urllib.request
 
     try:
         with urllib.request.urlopen(f"{endpoint.rstrip('/')}/api/models?limit=1", timeout=timeout) as r:
@@ -450,7 +452,6 @@ def missing_from_cache(model: resources.Model, files: set[str]) -> list[str]:
     and each component whose config or weight file (one, of the variant) is not there; for an
     explicit list, its config and one of its weight files (a LoRA repository holds one of the
     names the list allows, not all of them)."""
-    from fnmatch import fnmatch
 
     if model.patterns is not None:  # an explicit list: its config, and one of its weight files
         missing = [p for p in model.patterns if p == "config.json" and not any(fnmatch(f, p) for f in files)]
@@ -540,7 +541,6 @@ def smoke_checkpoints(stems: list[str]) -> tuple[list[str], list[str]]:
     """The checkpoints the smoke profile of these notebooks reads (``sdaccel.course.run_profiles.SMOKE``):
     folders of this repository such as ``checkpoints/tiny-shapes-sdxl``, and the names of random
     tiny ones that ``sdaccel.tools.toys.random_checkpoints`` builds."""
-    from sdaccel.course import run_profiles
 
     repo_dirs, tiny = set(), set()
     for stem in stems:
@@ -554,7 +554,6 @@ def smoke_checkpoints(stems: list[str]) -> tuple[list[str], list[str]]:
 def run_checks(
     profile: str, notebooks: list[str] | None = None, requirements: Path | None = None
 ) -> list[Check]:
-    from sdaccel.tools.workshop.run_notebooks import PROFILE_ENV
 
     resources.check_profile(profile)
     chosen = resources.select(notebooks)
@@ -581,7 +580,6 @@ def run_checks(
     )
     if checks[-1].status != "fail":
         checks.append(check_jax(jax_probe(PROFILE_ENV[profile]), profile, jax_nbs, bool(devices)))
-    import psutil
     from huggingface_hub import constants, get_token, scan_cache_dir
 
     models = resources.models_for(chosen)
@@ -622,7 +620,6 @@ def run_checks(
 def rehearsal_cache() -> Path:
     """The hub cache the rehearsal's kernels read: the stand-in (``run_profiles.stand_in_cache`` of
     their environment, the one rule the kernels' own check follows)."""
-    from sdaccel.course import run_profiles
 
     return run_profiles.stand_in_cache(run_profiles.KERNEL_ENV["rehearsal"])
 

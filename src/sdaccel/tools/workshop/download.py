@@ -29,6 +29,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+import filelock
+
 from sdaccel.core.faults import fault_point
 from sdaccel.core.staging import replace_text
 from sdaccel.course import resources
@@ -131,7 +133,6 @@ def clear_unfinished(root: Path, repo_id: str, out=print) -> int:
     left in the hub cache ``root``: huggingface_hub gives each download its own such file and never
     reuses one. A file whose download still runs stays: huggingface_hub holds the lock
     ``.locks/<repository>/<etag>.lock`` while it writes one. Says what it freed; returns the bytes."""
-    import filelock
 
     folder = repo_cache(root, repo_id)
     freed = count = 0

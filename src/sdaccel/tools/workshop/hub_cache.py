@@ -55,11 +55,15 @@ from dataclasses import dataclass
 from importlib import resources as package_files
 from pathlib import Path
 
+import numpy as np
+from safetensors.numpy import save_file
+
 from sdaccel.core.checkpoint import LORA_FILES, TINY_VAE_IDS
 from sdaccel.core.faults import fault_point
 from sdaccel.core.staging import disk_bytes, require_free_space, staged_folder
 from sdaccel.course import resources
 from sdaccel.tools.toys import random_checkpoints
+from sdaccel.tools.toys.distill_config import TARGET_MODULES
 
 SCALES = ("real", "tiny")
 WEIGHTS = ("read", "all")
@@ -227,8 +231,6 @@ def lora_targets(architecture: str, scale: str) -> dict[str, tuple[tuple[int, ..
     import torch
     from diffusers import UNet2DConditionModel
 
-    from sdaccel.tools.toys.distill_config import TARGET_MODULES
-
     rank = LORA_RANK[scale]
     with torch.device("meta"):
         unet = UNet2DConditionModel.from_config(configs_for(architecture, scale)["unet"])
@@ -249,8 +251,6 @@ def lora_targets(architecture: str, scale: str) -> dict[str, tuple[tuple[int, ..
 def write_lora(folder: Path, stand_in: StandIn, scale: str, weights: str, seed: int = 0) -> None:
     """An LCM-LoRA of the UNet, fp16, in the kohya layout of the hub's files:
     ``lora_unet_<module, _ for .>.lora_down.weight`` / ``.lora_up.weight`` / ``.alpha``."""
-    import numpy as np
-    from safetensors.numpy import save_file
 
     rng = np.random.default_rng(seed)
     tensors = {}

@@ -42,6 +42,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
+from safetensors.numpy import save_file
 
 from sdaccel.core.checkpoint import CheckpointError, open_weights, read_config, torch_key
 from sdaccel.core.staging import replace_json, staged_folder
@@ -309,7 +310,6 @@ def save_random_tiny_vae(folder: str | os.PathLike, seed: int = 0, scale: float 
     """Write a random-weight ``AutoencoderTiny`` in diffusers' format (``config.json`` and
     ``diffusion_pytorch_model.safetensors``, PyTorch layout) to ``folder``, atomically, and return
     it. ``config`` overrides :class:`TinyVAEConfig`'s defaults; weights are normal(0, ``scale``)."""
-    from safetensors.numpy import save_file
 
     tiny = TinyVAEConfig.from_dict(config)
     model = abstract_model(AutoencoderTiny, tiny)

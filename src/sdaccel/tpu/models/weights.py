@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable
 
 import ml_dtypes
 import numpy as np
+from tqdm.auto import tqdm
 
 from sdaccel.core.checkpoint import CheckpointError, WeightReader, torch_key
 
@@ -62,8 +63,6 @@ def load_weights(
     used: set[str] = set()
     items = list(flat)
     if progress:
-        from tqdm.auto import tqdm
-
         items = tqdm(items, desc=progress, unit="tensor", leave=False)
     # 1. Each parameter: its tensor, in our layout and dtype, placed on the devices
     for path, variable in items:
