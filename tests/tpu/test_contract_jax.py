@@ -142,7 +142,7 @@ def test_generate_cli_refuses_before_writing(tmp_path, tiny_sdxl, extra, error, 
 
 
 def test_generate_cli_bad_model_or_prompt_file(tmp_path, tiny_sdxl):
-    with pytest.raises(CheckpointError, match=r"sdaccel\.toy\.random_checkpoints build/checkpoints"):
+    with pytest.raises(CheckpointError, match=r"sdaccel\.tools\.toys\.random_checkpoints build/checkpoints"):
         _cli(tmp_path, tiny_sdxl, [], model=str(tmp_path / "no-such-model"))
     with pytest.raises(SystemExit, match="no prompts"):
         _cli(tmp_path, tiny_sdxl, [], prompts=[" ", ""])
