@@ -100,6 +100,9 @@ GROUPS = {
     "tests/cpu/test_pipeline.py": "ov-exports",
     "tests/cpu/test_precision.py": "ov-exports",
     "tests/cpu/test_deepcache.py": "ov-exports",
+    # the tiny plan's programs, compiled once for both (tests/tpu/conftest.py, tiny_plans)
+    "tests/tpu/test_plan.py": "tpu-plan",
+    "tests/tpu/test_plan_compile.py": "tpu-plan",
 }
 
 
@@ -130,8 +133,7 @@ SLOW_GROUPS = {
     "tests/faults/test_cpu_quantize_faults.py": 60,
     "tests/faults/test_course_faults.py": 50,
     "tests/faults/test_cpu_export_faults.py": 45,
-    "tests/tpu/test_plan_compile.py": 70,
-    "tests/tpu/test_plan.py": 60,  # compiles the tiny v5e-4 case it reads beside a measurement
+    "tpu-plan": 90,  # test_plan_compile.py and test_plan.py, on one compile of each tiny mesh
     "tests/tpu/models/test_attention.py": 60,
     "tests/cpu/test_levers.py": 50,
 }

@@ -1,5 +1,6 @@
 """Fixtures of the JAX track's tests: several local JAX processes that form one multi-process run
-(CPU collectives), as the processes of a multi-host TPU slice would."""
+(CPU collectives), as the processes of a multi-host TPU slice would; and the tiny plan's programs,
+compiled once for the plan's tests."""
 
 from __future__ import annotations
 
@@ -87,3 +88,30 @@ def jax_processes(tmp_path):
         ]
 
     return run
+
+
+#: The tiny plan's case (test_plan.py and test_plan_compile.py): small enough that the tiny config's
+#: 128x128 kernels are split over "model" (the real rules' threshold, 2**20 elements, leaves every
+#: tiny weight replicated); latents 16x8, 128-token self-attention in the UNet and the VAE.
+PLAN_MIN_SHARD = 2**14
+PLAN_HEIGHT, PLAN_WIDTH, PLAN_STEPS = 32, 16, 2
+
+
+@pytest.fixture(scope="session")
+def tiny_plans():
+    """``compiled(mesh)``: ``(row, compiled)`` of the tiny v5e-4 case on ``mesh`` with splash
+    attention, compiled once per session (both plan test files are one xdist group, on one worker:
+    tests/conftest.py)."""
+    from sdaccel.tpu import plan_compile  # JAX: only the plan's tests load it
+
+    done: dict[str, tuple] = {}
+
+    def compiled(mesh: str) -> tuple:
+        if mesh not in done:
+            case = plan_compile.Case(
+                "v5e-4", mesh, "splash", 1, PLAN_HEIGHT, PLAN_WIDTH, PLAN_STEPS, min_shard_size=PLAN_MIN_SHARD
+            )
+            done[mesh] = plan_compile.compile_case(case, "tiny")
+        return done[mesh]
+
+    return compiled

@@ -14,15 +14,12 @@ from sdaccel.tpu import plan_compile, plan_files
 # what this module compiles for compile-only TPU devices cannot be read back from JAX's cache
 pytestmark = pytest.mark.usefixtures("without_compilation_cache")
 
-MIN_SHARD = 2**14  # as tests/tpu/test_plan_compile.py
-HEIGHT, WIDTH, STEPS = 32, 16, 2
-
 
 @pytest.fixture(scope="module")
-def compiled():
-    """{mesh: (row, compiled)} for the data-only mesh (4), splash attention."""
-    case = plan_compile.Case("v5e-4", "auto", "splash", 1, HEIGHT, WIDTH, STEPS, min_shard_size=MIN_SHARD)
-    return {"auto": plan_compile.compile_case(case, "tiny")}
+def compiled(tiny_plans):
+    """{mesh: (row, compiled)} for the data-only mesh (4), splash attention (compiled once with
+    test_plan_compile.py's: tests/tpu/conftest.py)."""
+    return {"auto": tiny_plans("auto")}
 
 
 def test_plan_beside_a_measurement(compiled):

@@ -27,7 +27,8 @@ from sdaccel.tpu.models import attention
 # what this module compiles for compile-only TPU devices cannot be read back from JAX's cache
 pytestmark = pytest.mark.usefixtures("without_compilation_cache")
 
-# Small enough that the tiny config's 128x128 kernels are split over "model" (the real rules'
+# The tiny plan's case, as tests/tpu/conftest.py compiles it once for both plan test files (tiny_plans):
+# small enough that the tiny config's 128x128 kernels are split over "model" (the real rules'
 # threshold, 2**20 elements, leaves every tiny weight replicated).
 MIN_SHARD = 2**14
 HEIGHT, WIDTH, STEPS = 32, 16, 2  # latents 16x8: 128-token self-attention in the UNet and the VAE
@@ -38,9 +39,10 @@ def case(mesh: str, attention_impl: str = "splash") -> plan_compile.Case:
 
 
 @pytest.fixture(scope="module")
-def compiled():
-    """{mesh: (row, compiled)} for the data-only mesh (4) and data x model (2x2), splash attention."""
-    return {mesh: plan_compile.compile_case(case(mesh), "tiny") for mesh in ("auto", "2x2")}
+def compiled(tiny_plans):
+    """{mesh: (row, compiled)} for the data-only mesh (4) and data x model (2x2), splash attention
+    (compiled once for both plan test files: tests/tpu/conftest.py)."""
+    return {mesh: tiny_plans(mesh) for mesh in ("auto", "2x2")}
 
 
 def expected_splash_flops(global_batch: int) -> float:

@@ -2,8 +2,9 @@
 
 Importing this package imports JAX and Flax (never PyTorch or OpenVINO). The modules that are also
 command lines (``python -m sdaccel.tpu.<name>``: :mod:`~sdaccel.tpu.compilation`,
-:mod:`~sdaccel.tpu.plan`, :mod:`~sdaccel.tpu.generate`) and :mod:`~sdaccel.tpu.serving` are not
-imported here, so that running one does not import it twice: import them as modules,
+:mod:`~sdaccel.tpu.generate`), :mod:`~sdaccel.tpu.serving` and :mod:`~sdaccel.tpu.plan` (its command
+line is :mod:`sdaccel.tools.measure.tpu_plan`) are not imported here, so that running one does not
+import it twice: import them as modules,
 ``from sdaccel.tpu import plan``, or import one of their names from the room, which imports its
 module then (:data:`PUBLIC_NAMES`: name -> module). :data:`__all__` lists every public name, and the
 modules a notebook imports as modules.
@@ -108,7 +109,7 @@ from sdaccel.tpu.sharding import (
 )
 from sdaccel.tpu.topology import CompilerMissing, collectives
 
-#: Modules of the room that are command lines too: imported by name, never here.
+#: Modules of the room imported by name, never here: the command lines, serving and the plan.
 COMMAND_LINE_MODULES = ("compilation", "serving", "plan", "generate")
 
 #: The public names of those modules: name -> its module, imported on first use.
