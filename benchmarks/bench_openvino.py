@@ -27,7 +27,7 @@ its negative, as with classifier-free guidance) and 64x64 latents (512x512 image
                   (rows ``<variant>@<precision>``). Every row records the precision that ran.
 ``full_int8_float_resnets``
                   full INT8 with every ResNet kept in float as well (the pattern of
-                  ``sdaccel.toy.adherence.FLOAT_GROUP_VARIANTS``, added to the sensitive layers),
+                  ``sdaccel.toy.int8_unets.FLOAT_GROUP_VARIANTS``, added to the sensitive layers),
                   the recipe that held prompt adherence on the tiny trained models.
 ``full_int8_accuracy_control``, ``full_int8_sensitive_4`` (asked for by name; SD 1.5 only)
                   full INT8 with the layers that the SD 1.5-layout toy's accuracy control gave

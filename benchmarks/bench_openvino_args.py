@@ -11,7 +11,7 @@ from pathlib import Path
 from sdaccel.cpu.precision import CANDIDATES
 from sdaccel.cpu.tome import check_ratio
 from sdaccel.toy import replayed_recipes
-from sdaccel.toy.adherence import FLOAT_GROUP_RECIPES, float_group_ignored
+from sdaccel.toy.int8_unets import FLOAT_GROUP_RECIPES, float_group_ignored
 
 VARIANTS = (
     "torch_fp32",

@@ -9,7 +9,7 @@ from sdaccel.tools.measure.children import run_child, summarize_run
 from sdaccel.tools.measure.models import VAE_VARIANTS, label
 from sdaccel.tools.measure.timing import quality_levers
 from sdaccel.toy import adherence, deepcache_quality, tome_quality
-from sdaccel.toy.adherence import FLOAT_GROUP_VARIANTS
+from sdaccel.toy.int8_unets import FLOAT_GROUP_VARIANTS
 
 
 def quality_int8(checkpoint: str, work: str, prompts: int) -> dict:

@@ -10,7 +10,7 @@ from pathlib import Path
 from sdaccel.cpu.deepcache import QUANTIZED_PARTS
 from sdaccel.tools.toys.distill_config import TARGET_MODULES
 from sdaccel.toy import replayed_recipes
-from sdaccel.toy.adherence import FLOAT_GROUP_RECIPES, float_group_ignored
+from sdaccel.toy.int8_unets import FLOAT_GROUP_RECIPES, float_group_ignored
 
 
 def make_lora(src: str, path: str, rank: int = 64, seed: int = 0) -> dict:

@@ -23,7 +23,7 @@ from sdaccel.course.whole_image_rows import (
 )
 from sdaccel.cpu.deepcache import lever_name
 from sdaccel.toy import replayed_recipes
-from sdaccel.toy.adherence import FLOAT_GROUP_RECIPES
+from sdaccel.toy.int8_unets import FLOAT_GROUP_RECIPES
 
 
 def measure(bench: Bench, args, paths: dict) -> None:

@@ -16,11 +16,11 @@ from sdaccel.course.whole_image_rows import (
     ROWS,
 )
 from sdaccel.toy import replayed_recipes
-from sdaccel.toy.adherence import FLOAT_GROUP_RECIPES
+from sdaccel.toy.int8_unets import FLOAT_GROUP_RECIPES
 
 #: The INT8 recipes of the UNet (``ov_<variant>_20`` rows and ``--lcm-variant``): NNCF's three, and
 #: full INT8 with the ResNets in float (the recipe that kept the SD 1.5-layout toy's picture at 4 LCM
-#: steps; ``sdaccel.toy.adherence.float_group_ignored``).
+#: steps; ``sdaccel.toy.int8_unets.float_group_ignored``).
 QUANT_VARIANTS = ("int8_weights", "hybrid", "full_int8", *FLOAT_GROUP_RECIPES)
 #: The toy's recipes replayed on the UNet (SD 1.5 only), quantized from the same calibration.
 REPLAYED = replayed_recipes.NAMES

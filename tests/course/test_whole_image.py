@@ -390,7 +390,7 @@ def test_the_toys_accuracy_control_replays_on_the_sd15_layout(tmp_path):
     from the same calibration, full INT8 with the ResNets in float."""
     import openvino as ov
 
-    from sdaccel.toy.adherence import float_group_ignored
+    from sdaccel.toy.int8_unets import float_group_ignored
 
     out = tmp_path / "out.json"
     run = bench(

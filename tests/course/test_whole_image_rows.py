@@ -95,7 +95,7 @@ def test_the_resnets_recipe_is_the_one_the_benchmark_and_the_toy_quantize():
     """The row's recipe name is the one the benchmark maps to the toy's float-group recipe, whose
     quantization both the toy's rows and the real-size rows use."""
     from sdaccel.toy import whole_image_quality
-    from sdaccel.toy.adherence import FLOAT_GROUP_RECIPES, FLOAT_GROUP_VARIANTS
+    from sdaccel.toy.int8_unets import FLOAT_GROUP_RECIPES, FLOAT_GROUP_VARIANTS
 
     assert FLOAT_GROUP_RECIPES[rows.FLOAT_RESNETS] in FLOAT_GROUP_VARIANTS
     assert rows.FLOAT_RESNETS in whole_image_quality.VARIANTS  # its quality is measured by default

@@ -136,20 +136,21 @@ def test_04_exercise_f16_hint(export_fp16, tmp_path):
     solution, stub, check = exercise(NB04, "04.3")
     ns = run(solution, namespace04(source, export_dir, tmp_path))
     run(check, ns)  # right: no exception
-    really = ns["f16_answer"][1]
+    compiled, really = ns["f16_answer"][1:]
     assert really in ("f32", "bf16", "f16")
 
     attendee = run(stub, namespace04(source, export_dir, tmp_path))
     with pytest.raises(ex.ExerciseNotDone, match="04.3: not answered yet"):
         run(check, attendee)
     wrong = {
-        "asked f32": ({"INFERENCE_PRECISION_HINT": "f32"}, really),
-        "no hint": ({}, really),
+        "asked f32": ({"INFERENCE_PRECISION_HINT": "f32"}, compiled, really),
+        "no hint": ({}, compiled, really),
         "what was asked, not what ran": (
             {"INFERENCE_PRECISION_HINT": "f16"},
+            compiled,
             "f16" if really != "f16" else "f32",
         ),
-        "a string, not (config, ran)": "bf16",
+        "a string, not (config, compiled, ran)": "bf16",
     }
     for name, answer in wrong.items():
         ns["f16_answer"] = answer

@@ -130,15 +130,3 @@ def test_format_table_is_markdown_with_a_note_per_other_sampler():
         "jax_fp32 ran EulerDiscreteScheduler (the checkpoint's PNDMScheduler is not implemented there): "
         "its PSNR/SSIM include the change of sampler.",
     ]
-
-
-def test_the_float_group_recipes_keep_one_list_under_both_names():
-    """The toy's rows and the real-size benchmark quantize full INT8 with the ResNets in float from
-    one list: the sensitive layers every recipe keeps, then the group."""
-    from sdaccel.cpu.quantize import SENSITIVE_LAYER_PATTERNS
-
-    ignored = adherence.float_group_ignored("full_int8_float_resnets")
-    assert ignored == adherence.float_group_ignored("full_int8, float resnets")
-    assert ignored == [*SENSITIVE_LAYER_PATTERNS, r".*resnets.*"]
-    with pytest.raises(ValueError, match="'full_int8' keeps no layer group in float; choose from"):
-        adherence.float_group_ignored("full_int8")

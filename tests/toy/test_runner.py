@@ -4,7 +4,7 @@ Markdown or fixed-width text. No pipeline runs here: each configuration makes it
 
 import numpy as np
 
-from sdaccel.toy import runner
+from sdaccel.toy import dataset, runner
 from sdaccel.toy.runner import Column, number
 
 
@@ -59,3 +59,15 @@ def test_the_table_writer_writes_markdown_and_fixed_width_text():
         "f32     1.000     -",
         "int8    0.500     -",
     ]
+
+
+def test_an_item_scores_its_adherence_plus_a_capped_psnr_term():
+    """One image that draws its prompt scores 1 plus the PSNR term: full against itself (PSNR
+    capped at ``PSNR_CAP_DB``), less against another image; a blank one only the PSNR term."""
+    images, captions = dataset.make_dataset(2, seed=5)
+    full = runner.item_score(images[0], captions[0], images[0])
+    assert full == 1.0 + runner.PSNR_WEIGHT
+    apart = runner.item_score(images[0], captions[0], images[1])
+    assert 1.0 <= apart < full
+    blank = np.zeros_like(images[0])
+    assert 0.0 <= runner.item_score(blank, captions[0], images[0]) < runner.PSNR_WEIGHT

@@ -217,6 +217,12 @@ WRONG_LCM_STEPS = {
 }
 
 
+def as_lcm_step(body: str) -> str:
+    """A wrong answer above, written with the cell's names, as the function the exercise asks for."""
+    head = "def lcm_step(lcm_state, step_latents, eps, step_noise):\n"
+    return head + "".join(f"    {line}\n" for line in body.splitlines()) + "    return next_latents\n"
+
+
 def test_exercise_07_3_one_lcm_step(part3):
     solution, stub, check = exercise_cells("07.3")
     assert "lcm_scheduler.step(" in check and "lcm_scheduler.step(" not in solution
@@ -225,5 +231,5 @@ def test_exercise_07_3_one_lcm_step(part3):
         run(dict(part3), stub, check)
     for why, wrong in WRONG_LCM_STEPS.items():
         with pytest.raises(ex.ExerciseNotDone, match="not quite"):
-            run(dict(part3), stub, wrong, check)
+            run(dict(part3), stub, as_lcm_step(wrong), check)
             pytest.fail(f"a wrong answer passed: {why}")

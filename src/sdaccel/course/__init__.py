@@ -18,6 +18,8 @@ one's module; a module is reached as a module too (``from sdaccel.course import 
   repository's ``benchmarks/`` (notebook 06 runs them).
 - :func:`~sdaccel.course.exercises.check` (:mod:`~sdaccel.course.exercises`): checks an exercise's answer;
   :class:`~sdaccel.course.exercises.ExerciseNotDone` is what it raises for a missing or wrong one;
+  :func:`~sdaccel.course.exercises.right_f16` and :func:`~sdaccel.course.exercises.right_lcm_step` are
+  the checks of exercises 04.3 and 07.3, which compile or run the learner's answer;
   :func:`~sdaccel.course.exercises.same` is its comparison (numbers within a tolerance, sequences
   item by item), for a check that tests an answer of its own (``check(..., test=...)``).
 - :func:`~sdaccel.course.colab.install` (:mod:`~sdaccel.course.colab`): what the first code cell,
@@ -85,6 +87,8 @@ PUBLIC_NAMES = {
     "check": "exercises",
     "ExerciseNotDone": "exercises",
     "same": "exercises",
+    "right_f16": "exercises",
+    "right_lcm_step": "exercises",
     "install": "colab",
     "SETUP_CELL": "notebook",
     # Running the notebooks

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import dataclasses
 import json
 import math
 import re
@@ -32,6 +33,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+
+from sdaccel.cpu.precision import precision_name
 
 BEGIN, END = "# BEGIN SOLUTION", "# END SOLUTION"
 PLACEHOLDER = "# your code here"
@@ -123,6 +126,49 @@ def check(
     raise ExerciseNotDone(message)
 
 
+def right_f16(answer, core, xml) -> bool:
+    """Exercise 04.3: ``answer`` is ``(config, compiled, ran)``: ``config`` asks for f16, ``compiled``
+    is the model at ``xml`` compiled on the CPU with it, and ``ran`` is the name of the precision that
+    ``compiled`` reports, which is what this CPU runs a model compiled with the f16 hint in."""
+
+    try:
+        config, compiled, ran = answer
+        asked = precision_name(dict(config).get("INFERENCE_PRECISION_HINT", ""))
+        runs = precision_name(compiled.get_property("INFERENCE_PRECISION_HINT"))
+        inputs = [port.get_any_name() for port in compiled.inputs]
+    except (TypeError, ValueError, AttributeError, RuntimeError):  # not a (config, compiled, ran) triple
+        return False
+    reference = core.compile_model(xml, "CPU", {"INFERENCE_PRECISION_HINT": "f16"})
+    measured = precision_name(reference.get_property("INFERENCE_PRECISION_HINT"))
+    return (
+        asked == "f16"
+        and isinstance(ran, str)
+        and ran == runs == measured
+        and inputs == [port.get_any_name() for port in reference.inputs]
+    )
+
+
+def right_lcm_step(lcm_step, reference, state, sample, eps, noise) -> bool:
+    """Exercise 07.3: ``lcm_step(state, sample, eps, noise)`` is ``reference(state)`` (the scheduler's
+    first step) on the lesson's schedule and on the same schedule with boundary scalings that count
+    (``c_skip`` 0.3, ``c_out`` 0.8): at the lesson's timesteps ``c_skip`` is below 1e-5 and ``c_out``
+    is 1 to float32 precision, so a step without them would pass on that schedule alone."""
+
+    import jax.numpy as jnp
+
+    scaled = dataclasses.replace(
+        state, c_skip=jnp.full_like(state.c_skip, 0.3), c_out=jnp.full_like(state.c_out, 0.8)
+    )
+    for schedule in (state, scaled):
+        try:
+            answer = lcm_step(schedule, sample, eps, noise)
+        except Exception:  # a function that fails on a schedule is not the step
+            return False
+        if not same(answer, reference(schedule), rtol=1e-5, atol=1e-5):
+            return False
+    return True
+
+
 # ----------------------------------------------------------------------------------------------
 # The exercise cells of a notebook
 # ----------------------------------------------------------------------------------------------
@@ -153,6 +199,15 @@ def code_cell(path: Path, marker: str) -> str:
     if len(found) != 1:
         raise ValueError(f"{Path(path).name}: {len(found)} code cells contain {marker!r}, expected one")
     return found[0]
+
+
+def exercise_cells(path: Path, exercise_id: str) -> tuple[str, str, str]:
+    """(solution, attendee stub, check): the sources of exercise ``exercise_id`` of the notebook at
+    ``path``, the stub being the solution cell of its attendee copy (the tests run them)."""
+    nb = json.loads(Path(path).read_text())
+    (found,) = [e for e in exercises(nb, Path(path).name) if e.id == exercise_id]
+    stub = attendee_copy(nb, Path(path).name)["cells"][found.solution]
+    return source(nb["cells"][found.solution]), source(stub), source(nb["cells"][found.check])
 
 
 def strip_solution(code: str, where: str = "") -> str:

@@ -23,9 +23,11 @@ reached through its module (:data:`SHARED_NAMES`): ``from sdaccel.toy import dee
 
 - ``comparison.paired_latents``, ``comparison.uint8_images``: what the pipelines of a comparison
   share, the same initial noise in and uint8 images out.
-- ``adherence.evaluate``, ``adherence.format_table``, ``adherence.quantize_unet``,
-  ``adherence.vae_decoder_quality``, ``adherence.FLOAT_GROUP_VARIANTS``: every pipeline and INT8
-  recipe, side by side (``python -m sdaccel.toy.adherence``).
+- ``adherence.evaluate``, ``adherence.format_table``, ``adherence.vae_decoder_quality``: every
+  pipeline and INT8 recipe, side by side (``python -m sdaccel.toy.adherence``).
+- ``int8_unets.quantize_unet``, ``int8_unets.float_group_ignored``,
+  ``int8_unets.FLOAT_GROUP_VARIANTS``, ``int8_unets.FLOAT_GROUP_RECIPES``: the toy's INT8 UNets,
+  each recipe calibrated on training captions, and full INT8 with one more layer group in float.
 - ``adherence_steps.adherence_vs_steps``, ``adherence_steps.plot_adherence``: adherence against
   steps, base sampler and LCM-LoRA (``python -m sdaccel.toy.adherence_steps``);
   ``adherence_steps.openvino_pipe``, ``adherence_steps.openvino_runner``,
@@ -45,8 +47,8 @@ reached through its module (:data:`SHARED_NAMES`): ``from sdaccel.toy import dee
   by what full INT8 costs each, and the recipe that keeps the k costliest in float
   (``python -m sdaccel.toy.sensitivity_quality``).
 - ``accuracy_control.measure``, ``accuracy_control.format_table``,
-  ``accuracy_control.AdherenceValidation``, ``accuracy_control.item_score``, ``accuracy_control.PSNR_WEIGHT``,
-  ``accuracy_control.split_heldout``, ``accuracy_control.replay_row``, ``accuracy_control.replayed_search``: NNCF's
+  ``accuracy_control.AdherenceValidation``, ``accuracy_control.split_heldout``,
+  ``accuracy_control.replay_row``, ``accuracy_control.replayed_search``: NNCF's
   accuracy-controlled INT8 within an adherence bound, and its result replayed as an ignored
   scope (the real-size benchmark's recipe), judged on held-out prompts the search never saw
   (``python -m sdaccel.toy.accuracy_control``).
@@ -63,7 +65,9 @@ reached through its module (:data:`SHARED_NAMES`): ``from sdaccel.toy import dee
   ``runner.seeded_images``, ``runner.format_table``, ``runner.Column``, ``runner.seeded_columns``,
   ``runner.UNET_COLUMNS``: the quality runner every study above calls: one scoring loop over a
   table of named configurations (each makes its images), scored in adherence and PSNR against the
-  reference, and the one table writer of their results.
+  reference, and the one table writer of their results; ``runner.item_score``,
+  ``runner.PSNR_WEIGHT``, ``runner.PSNR_CAP_DB``: one image's adherence plus a capped PSNR term
+  (the accuracy-controlled search's validation, notebook 05).
 - ``report.finish``: how each of those commands ends: the machine and the command recorded, the
   JSON written whole, the table printed.
 """
@@ -89,9 +93,11 @@ PUBLIC_NAMES = {
     "paired_latents": "comparison",
     "uint8_images": "comparison",
     "evaluate": "adherence",
-    "quantize_unet": "adherence",
     "vae_decoder_quality": "adherence",
-    "FLOAT_GROUP_VARIANTS": "adherence",
+    "quantize_unet": "int8_unets",
+    "float_group_ignored": "int8_unets",
+    "FLOAT_GROUP_VARIANTS": "int8_unets",
+    "FLOAT_GROUP_RECIPES": "int8_unets",
     "adherence_vs_steps": "adherence_steps",
     "plot_adherence": "adherence_steps",
     "openvino_pipe": "adherence_steps",
@@ -102,8 +108,6 @@ PUBLIC_NAMES = {
     "configurations": "deepcache_quality",
     "format_tables": "sensitivity_quality",
     "AdherenceValidation": "accuracy_control",
-    "item_score": "accuracy_control",
-    "PSNR_WEIGHT": "accuracy_control",
     "split_heldout": "accuracy_control",
     "replay_row": "accuracy_control",
     "replayed_search": "accuracy_control",
@@ -130,6 +134,9 @@ PUBLIC_NAMES = {
     "Column": "runner",
     "seeded_columns": "runner",
     "UNET_COLUMNS": "runner",
+    "item_score": "runner",
+    "PSNR_WEIGHT": "runner",
+    "PSNR_CAP_DB": "runner",
 }
 
 #: Public names that several modules define, or that are a module's name too: name -> the modules
@@ -165,6 +172,7 @@ MODULES = (
     "comparison",
     "dataset",
     "deepcache_quality",
+    "int8_unets",
     "replayed_recipes",
     "report",
     "runner",

@@ -37,17 +37,13 @@ from sdaccel.core.checkpoint import read_config, resolve_checkpoint
 from sdaccel.cpu import accuracy_control, quantize, quantize_parts
 from sdaccel.cpu.export import export_pipeline, text_to_image_components, vae_scale_factor_of
 from sdaccel.cpu.pipeline import OVPipeline
-from sdaccel.cpu.quality import psnr
 from sdaccel.cpu.quantize import time_unet
 from sdaccel.toy import dataset, runner
 from sdaccel.toy.calibration import calibrate_on_training_captions
 from sdaccel.toy.comparison import paired_latents, uint8_images
 from sdaccel.toy.report import finish
-from sdaccel.toy.runner import UNET_COLUMNS, Column, number
+from sdaccel.toy.runner import UNET_COLUMNS, Column, item_score, number
 
-#: Weight of the PSNR term of :class:`AdherenceValidation`, and the PSNR (dB) that counts as full.
-PSNR_WEIGHT = 0.002
-PSNR_CAP_DB = 60.0
 #: How every search is validated (recorded in each result's settings).
 HOW = {
     "metric": "adherence + 0.002 x min(PSNR vs f32, 60 dB) / 60 dB (AdherenceValidation)",
@@ -61,13 +57,14 @@ class AdherenceValidation:
     images of ``items`` (indices into ``prompts``) with the candidate UNet in ``pipe`` and returns
     ``(metric, per-item values)``.
 
-    Per item: ``hit + PSNR_WEIGHT * min(PSNR, PSNR_CAP_DB) / PSNR_CAP_DB``, where ``hit`` is 1 when
-    the image's colour and shape match its prompt (:func:`sdaccel.toy.dataset.adherence`) and PSNR
-    is against the f32 UNet's image from the same noise (``inf``, so full, for f32 itself). The
-    metric is their mean: adherence plus at most 0.002. Adherence alone is too coarse to rank
-    NNCF's groups on a few items (steps of 1/n, most groups tie); the PSNR term breaks the ties
-    and never outweighs one image's hit. It can only add to a drop (f32 has the full term), so a
-    result within ``max_drop`` of this metric is within ``max_drop`` in adherence.
+    Per item (:func:`sdaccel.toy.runner.item_score`): ``hit + PSNR_WEIGHT * min(PSNR, PSNR_CAP_DB) /
+    PSNR_CAP_DB``, where ``hit`` is 1 when the image's colour and shape match its prompt
+    (:func:`sdaccel.toy.dataset.adherence`) and PSNR is against the f32 UNet's image from the same
+    noise (``inf``, so full, for f32 itself). The metric is their mean: adherence plus at most 0.002.
+    Adherence alone is too coarse to rank NNCF's groups on a few items (steps of 1/n, most groups
+    tie); the PSNR term breaks the ties and never outweighs one image's hit. It can only add to a drop
+    (f32 has the full term), so a result within ``max_drop`` of this metric is within ``max_drop`` in
+    adherence.
     """
 
     def __init__(self, pipe, prompts: Sequence[str], latents, steps: int, guidance_scale: float, size: int):
@@ -90,16 +87,6 @@ class AdherenceValidation:
             for i, image in zip(items, images, strict=True)
         ]
         return float(np.mean(values)), values
-
-
-def item_score(image, prompt: str, reference) -> float:
-    """One validation item's value (:class:`AdherenceValidation`): 1 when ``image`` shows
-    ``prompt``'s colour and shape, plus ``PSNR_WEIGHT`` times its PSNR against ``reference`` (the
-    f32 UNet's image from the same noise), capped at ``PSNR_CAP_DB`` and scaled to [0, 1]."""
-
-    hit = dataset.adherence([image], [prompt])["score"]
-    closeness = min(psnr(reference, image), PSNR_CAP_DB) / PSNR_CAP_DB
-    return hit + PSNR_WEIGHT * closeness
 
 
 def split_heldout(n: int, seed: int = 0) -> tuple[list[str], list[str]]:

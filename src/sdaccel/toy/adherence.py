@@ -12,9 +12,10 @@ same initial noise go through:
   ``INFERENCE_PRECISION_HINT=f32``, and ``ov_default``: the same with the plugin's default
   precision (bf16 on a CPU with AVX-512 BF16 or AMX; the table says which ran);
 * one row per NNCF INT8 variant of the UNet (:data:`sdaccel.cpu.quantize.VARIANTS`, and full
-  INT8 with the ResNets kept in float, :data:`FLOAT_GROUP_VARIANTS`), calibrated on *training*
-  captions (never the evaluated ones), run with the f32 hint so that the INT8 layers are the only
-  difference from ``ov_f32``.
+  INT8 with the ResNets kept in float, :data:`sdaccel.toy.int8_unets.FLOAT_GROUP_VARIANTS`),
+  calibrated on *training* captions (never the evaluated ones) by
+  :func:`sdaccel.toy.int8_unets.quantize_unet`, run with the f32 hint so that the INT8 layers are
+  the only difference from ``ov_f32``.
 
 Each row gets the adherence of :func:`sdaccel.toy.dataset.adherence` (the fraction of images whose
 shape *and* colour match the prompt, and each attribute's accuracy) and PSNR/SSIM of its images
@@ -40,7 +41,7 @@ import numpy as np
 
 from sdaccel.core.checkpoint import read_config, resolve_checkpoint
 from sdaccel.core.staging import check_writable
-from sdaccel.cpu import quality, quantize_parts
+from sdaccel.cpu import quality
 from sdaccel.cpu.export import (
     MODEL_XML,
     export_pipeline,
@@ -50,40 +51,18 @@ from sdaccel.cpu.export import (
 )
 from sdaccel.cpu.pipeline import OVPipeline, run_diffusers
 from sdaccel.cpu.quality import compare_images, compile_f32
-from sdaccel.cpu.quantize import SENSITIVE_LAYER_PATTERNS, describe_ir, ir_size_bytes
+from sdaccel.cpu.quantize import describe_ir, ir_size_bytes
 from sdaccel.cpu.quantize_vae import VARIANTS as VAE_VARIANTS
 from sdaccel.cpu.quantize_vae import decode, decoder_inputs, quantize_vae_decoder
 from sdaccel.toy import dataset, runner
-from sdaccel.toy.calibration import calibrate_on_training_captions
 from sdaccel.toy.comparison import paired_latents, uint8_images
+from sdaccel.toy.int8_unets import FLOAT_GROUP_VARIANTS, PARTS_VARIANTS, quantize_unet
 from sdaccel.toy.runner import Column
 
 #: What the rows are compared with: the reference, and the pipeline the INT8 UNets replace into.
 REFERENCES = ("torch_fp32", "ov_f32")
-
-#: Full INT8 with one more layer group kept in float (a regular expression over OpenVINO node
-#: names, added to :data:`sdaccel.cpu.quantize.SENSITIVE_LAYER_PATTERNS`). On these small models
-#: the ResNets' activation quantizers are where full INT8 loses its colours (notebook 05).
-FLOAT_GROUP_VARIANTS = {"full_int8, float resnets": r".*resnets.*"}
-#: The same recipes under the one-word names that row keys and command-line flags use
-#: (``benchmarks/bench_whole_image.py --lcm-variant``, :mod:`sdaccel.toy.whole_image_quality`).
-FLOAT_GROUP_RECIPES = {"full_int8_float_resnets": "full_int8, float resnets"}
-#: The same recipes quantized in parts (:func:`sdaccel.cpu.quantize_parts.quantize_in_parts`): their
-#: rows should match the one-shot ones within the noise.
-PARTS_VARIANTS = {"full_int8 in 3 parts": ("full_int8", 3), "hybrid in 3 parts": ("hybrid", 3)}
+#: The INT8 rows of :func:`evaluate` by default: every recipe in one piece.
 VARIANTS = ("int8_weights", "hybrid", "full_int8", *FLOAT_GROUP_VARIANTS)
-
-
-def float_group_ignored(variant: str) -> list[str]:
-    """The ignored scope of full INT8 for a recipe of :data:`FLOAT_GROUP_VARIANTS` (or its name in
-    :data:`FLOAT_GROUP_RECIPES`): the layers every recipe keeps in float, then the recipe's group.
-    The toy's rows and the real-size benchmarks quantize with this one list."""
-
-    name = FLOAT_GROUP_RECIPES.get(variant, variant)
-    if name not in FLOAT_GROUP_VARIANTS:
-        known = [*FLOAT_GROUP_VARIANTS, *FLOAT_GROUP_RECIPES]
-        raise ValueError(f"{variant!r} keeps no layer group in float; choose from {known}.")
-    return [*SENSITIVE_LAYER_PATTERNS, FLOAT_GROUP_VARIANTS[name]]
 
 
 def run_torch(folder, prompts, latents, steps: int, guidance_scale: float, size: int) -> list[np.ndarray]:
@@ -119,50 +98,6 @@ def run_jax(folder, prompts, latents, steps: int, guidance_scale: float, size: i
     return uint8_images(result.array)
 
 
-def quantize_unet(
-    pipe,
-    unet_xml: Path,
-    work: Path,
-    variants,
-    steps: int,
-    guidance_scale: float,
-    size: int,
-    seed: int = 0,
-    recipes: dict[str, dict] | None = None,
-) -> dict[str, Path]:
-    """Each INT8 variant of ``unet_xml``, calibrated by
-    :func:`sdaccel.toy.calibration.calibrate_on_training_captions` (16 training captions, 64 samples).
-    ``recipes``: more full INT8 recipes, name -> the knobs of ``quantize_ir`` (the replayed ones
-    of :mod:`sdaccel.toy.replayed_recipes`), quantized after ``variants``."""
-
-    recipes = dict(recipes or {})
-    calibration = None
-    if recipes or any(v != "int8_weights" for v in variants):
-        calibration = calibrate_on_training_captions(
-            pipe, work / "calibration", steps, guidance_scale, size, seed=seed
-        )
-    out = {}
-    for variant in variants:
-        out[variant] = work / f"unet_{variant.replace(', ', '_').replace(' ', '_')}.xml"
-        data = None if variant == "int8_weights" else calibration.folder
-        if variant in PARTS_VARIANTS:
-            recipe, parts = PARTS_VARIANTS[variant]
-            quantize_parts.quantize_ir(unet_xml, out[variant], recipe, data, subset_size=64, parts=parts)
-        elif variant in FLOAT_GROUP_VARIANTS:
-            ignored = float_group_ignored(variant)
-            quantize_parts.quantize_ir(
-                unet_xml, out[variant], "full_int8", data, subset_size=64, ignored=ignored
-            )
-        else:
-            quantize_parts.quantize_ir(unet_xml, out[variant], variant, data, subset_size=64)
-    for name, knobs in recipes.items():
-        out[name] = work / f"unet_{name}.xml"
-        quantize_parts.quantize_ir(
-            unet_xml, out[name], "full_int8", calibration.folder, subset_size=64, **knobs
-        )
-    return out
-
-
 def evaluate(
     checkpoint: str | Path,
     work_dir: str | Path,
@@ -176,7 +111,7 @@ def evaluate(
     recipes: dict[str, dict] | None = None,
 ) -> dict:
     """Generate the held-out prompts with every pipeline and INT8 variant; return the rows.
-    ``recipes``: more full INT8 recipes by name, as :func:`quantize_unet` takes them; each is a row.
+    ``recipes``: more full INT8 recipes by name, as :func:`sdaccel.toy.int8_unets.quantize_unet` takes them; each is a row.
 
     ``work_dir`` receives the OpenVINO export and the quantized UNets (reused when present).
     ``pipelines`` must include ``"torch_fp32"``, and ``"ov_f32"`` when ``variants`` is not empty.

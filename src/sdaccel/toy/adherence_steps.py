@@ -11,8 +11,8 @@ needs, on the held-out prompts of :mod:`sdaccel.toy.dataset`, in each pipeline:
 * ``ov_f32``: :class:`sdaccel.cpu.pipeline.OVPipeline` with the f32 hint; the adapter fused at
   export (``export_pipeline(..., lora=...)``);
 * one row per INT8 recipe of that OpenVINO UNet (``full_int8``, and full INT8 with the ResNets in
-  float, :data:`sdaccel.toy.adherence.FLOAT_GROUP_VARIANTS`), quantized *after* the fusion and
-  calibrated on training captions with its own sampler (:func:`sdaccel.toy.adherence.quantize_unet`).
+  float, :data:`sdaccel.toy.int8_unets.FLOAT_GROUP_VARIANTS`), quantized *after* the fusion and
+  calibrated on training captions with its own sampler (:func:`sdaccel.toy.int8_unets.quantize_unet`).
 
 Two samplers by default: ``base``, the checkpoint's own scheduler (Euler for the SDXL layout) with
 classifier-free guidance ``base_guidance`` (6, the guidance of :mod:`sdaccel.toy.adherence`'s table), and
@@ -43,8 +43,8 @@ from sdaccel.core.staging import check_writable, replace_json
 from sdaccel.cpu.export import export_pipeline, text_to_image_components, vae_scale_factor_of
 from sdaccel.cpu.pipeline import OVPipeline
 from sdaccel.toy import dataset, runner
-from sdaccel.toy.adherence import FLOAT_GROUP_VARIANTS, quantize_unet
 from sdaccel.toy.comparison import paired_latents, uint8_images
+from sdaccel.toy.int8_unets import FLOAT_GROUP_VARIANTS, quantize_unet
 from sdaccel.toy.steps_report import format_table, sampler_label
 
 PIPELINES = ("jax_fp32", "ov_f32")

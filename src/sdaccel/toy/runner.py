@@ -9,7 +9,9 @@ configuration name -> a function that makes that configuration's images of the h
 (seconds, UNet calls, precision). :func:`score` runs the table in order and scores each
 configuration as soon as its references have run: adherence against the prompts and, against the
 reference configurations' images, PSNR; the study's ``row`` function says how its rows read
-(:func:`adherence_row`, :func:`seeded_row` or its own).
+(:func:`adherence_row`, :func:`seeded_row` or its own). :func:`item_score` scores one image the
+same way, adherence plus a capped PSNR term, for a search that ranks candidates image by image
+(the validation of :mod:`~sdaccel.toy.accuracy_control`).
 
 The images come from one of two runs: :func:`paired_images` (one batch, image ``i`` from the
 paired noise of :func:`sdaccel.toy.comparison.paired_latents`) or :func:`seeded_images` (one call
@@ -27,7 +29,7 @@ from dataclasses import dataclass
 from tqdm.auto import tqdm
 
 from sdaccel.core.tables import markdown_table
-from sdaccel.cpu.quality import compare_images, paired_summary
+from sdaccel.cpu.quality import compare_images, paired_summary, psnr
 from sdaccel.toy import dataset
 from sdaccel.toy.comparison import uint8_images
 
@@ -36,6 +38,9 @@ Generate = Callable[[], tuple[list, dict]]
 #: How a study's row reads: ``row(images, prompts, measured, against)``, ``against`` the images of
 #: each reference (by name) that is not the configuration itself.
 Row = Callable[[list, Sequence[str], dict, dict], dict]
+#: Weight of the PSNR term of :func:`item_score`, and the PSNR (dB) that counts as full.
+PSNR_WEIGHT = 0.002
+PSNR_CAP_DB = 60.0
 
 
 def score(
@@ -72,8 +77,8 @@ def adherence_row(images: list, prompts: Sequence[str], measured: dict, against:
     itself), then what the configuration measured."""
 
     reference = next(iter(against.values()), None)
-    psnr = None if reference is None else compare_images(reference, images)["psnr_mean"]
-    return {"adherence": dataset.adherence(images, prompts)["score"], "psnr_mean": psnr, **measured}
+    psnr_mean = None if reference is None else compare_images(reference, images)["psnr_mean"]
+    return {"adherence": dataset.adherence(images, prompts)["score"], "psnr_mean": psnr_mean, **measured}
 
 
 def seeded_row(images: list, prompts: Sequence[str], measured: dict, against: dict) -> dict:
@@ -85,6 +90,17 @@ def seeded_row(images: list, prompts: Sequence[str], measured: dict, against: di
     if reference is not None:
         row.update(paired_summary(reference, images))
     return row
+
+
+def item_score(image, prompt: str, reference) -> float:
+    """One validation item's value (:class:`sdaccel.toy.accuracy_control.AdherenceValidation`): 1
+    when ``image`` shows ``prompt``'s colour and shape, plus ``PSNR_WEIGHT`` times its PSNR against
+    ``reference`` (the f32 UNet's image from the same noise), capped at ``PSNR_CAP_DB`` and scaled
+    to [0, 1]."""
+
+    hit = dataset.adherence([image], [prompt])["score"]
+    closeness = min(psnr(reference, image), PSNR_CAP_DB) / PSNR_CAP_DB
+    return hit + PSNR_WEIGHT * closeness
 
 
 def paired_images(

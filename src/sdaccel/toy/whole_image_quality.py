@@ -48,13 +48,21 @@ from sdaccel.core.checkpoint import resolve_checkpoint
 from sdaccel.cpu import quality
 from sdaccel.cpu.deepcache import lever_name
 from sdaccel.cpu.export import StaticShape, export_pipeline, text_to_image_components
-from sdaccel.toy import adherence, adherence_steps, dataset, replayed_recipes, runner, stack_quality
+from sdaccel.toy import (
+    adherence,
+    adherence_steps,
+    dataset,
+    int8_unets,
+    replayed_recipes,
+    runner,
+    stack_quality,
+)
 from sdaccel.toy.comparison import paired_latents
 from sdaccel.toy.report import finish
 from sdaccel.toy.runner import Column, number
 
 #: The INT8 recipes of the UNet measured by default (those of the benchmark's rows; full INT8 with
-#: the ResNets in float under its one-word name, :data:`sdaccel.toy.adherence.FLOAT_GROUP_RECIPES`).
+#: the ResNets in float under its one-word name, :data:`sdaccel.toy.int8_unets.FLOAT_GROUP_RECIPES`).
 VARIANTS = ("int8_weights", "hybrid", "full_int8", "full_int8_float_resnets")
 #: The float reference of every PSNR: OpenVINO, f32 hint, the usual steps.
 REFERENCE = "ov_f32"
@@ -117,7 +125,7 @@ def measure(
         check_replayed(folder, work / "usual_steps" / "openvino", recipes)
 
     # 2. The usual steps, with guidance: every front-end and INT8 recipe (under the toy's names)
-    toy_names = {adherence.FLOAT_GROUP_RECIPES.get(v, v): v for v in variants}
+    toy_names = {int8_unets.FLOAT_GROUP_RECIPES.get(v, v): v for v in variants}
     usual = adherence.evaluate(
         folder,
         work / "usual_steps",
@@ -244,7 +252,7 @@ def few_step_rows(
                 folder, "lcm", lora_path, work, vae=vae, static=compiled
             )
     first, unet_xml = pipes[False, False]
-    quantized = adherence.quantize_unet(
+    quantized = int8_unets.quantize_unet(
         first, unet_xml, work / "int8", list(toy_names), steps=adherence_steps.CALIBRATION_STEPS["lcm"],
         guidance_scale=1.0, size=size, seed=seed,
     )  # fmt: skip
