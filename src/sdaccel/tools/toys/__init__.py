@@ -29,7 +29,8 @@ of them.
 - ``distill_eval.evaluate``, ``distill_eval.adherence_table``, ``distill_eval.plot_samples``:
   the adapter's adherence through diffusers.
 - ``model_card.write_readme``, ``model_card.refresh_readme``, ``model_card.readme_text``: the
-  adapter's README (its template: model_card.md beside the module).
+  adapter's README (its template: model_card.md beside the module); ``model_card.recipes_tried``: what
+  each shipped checkpoint's card says was tried and not kept (recipes_tried/<folder>.md).
 - ``distill_taesd.run``, ``distill_taesd.build_parser``: a tiny autoencoder (TAESD's
   architecture) distilled from a trained checkpoint's VAE, and its quality against that VAE
   (``python -m sdaccel.tools.toys.distill_taesd``).

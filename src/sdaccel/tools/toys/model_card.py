@@ -4,7 +4,7 @@
 config and log (``distill_log.json``): what the adapter is, its adherence table against the base
 model (:mod:`sdaccel.tools.toys.distill_eval`), the steps sweep in every pipeline when one was run
 (:mod:`sdaccel.toy.steps_report`), how to use it, the command that remakes it and, for a shipped
-adapter, the recipes tried and not kept (:data:`RECIPES_TRIED`). :func:`refresh_readme` writes it again from a finished folder, which is
+adapter, the recipes tried and not kept (:func:`recipes_tried`: ``recipes_tried/<folder>.md``). :func:`refresh_readme` writes it again from a finished folder, which is
 what ``python -m sdaccel.tools.toys.distill BASE OUT --readme-only`` does.
 
 The trained base checkpoints' own READMEs (``checkpoints/tiny-shapes-*/README.md``) are written by
@@ -27,44 +27,12 @@ from sdaccel.toy.steps_report import format_table, pipeline_verdicts
 README = resources.files(__package__).joinpath("model_card.md").read_text(encoding="utf-8")
 
 
-#: Recipes tried for a shipped adapter (by folder name) and not kept, for its README: what was
-#: measured, so that the next attempt starts from there.
-RECIPES_TRIED = {
-    "tiny-shapes-sd15-lcm-lora": """
-Recipes tried and not kept (one torch thread each, seed 0; the 64 prompts above, where the base
-model draws 0.969 at 20 steps):
-
-* the SDXL-layout toy's kept recipe (`--w-min 4 --w-max 6 --ema-decay 0.95`) at its 1000 steps
-  (236 s of training): 0.812 at 4 steps (0.734 at 2, 0.891 at 8);
-* the same for 3000 steps (754 s): 0.609 at 4 steps, and worse at 8 (0.578) than at 2 (0.672),
-  with a lower final loss (0.0186 against 0.020): the adapter drifts from the base model's
-  colours the longer it trains;
-* `w` fixed at 5 (the base model's guidance 6), 3000 steps (753 s): 0.656 at 4 steps;
-* the plain defaults (`w` in [3, 7], the student as its own target), 1000 steps (290 s): 0.703.
-
-The kept recipe is the SDXL one stopped at 500 steps, its cosine decay over those 500.
-""",
-    "tiny-shapes-sdxl-lcm-lora": """
-Recipes tried and not kept (one torch thread each, the same seed):
-
-* `--rank 8 --steps 1500 --minutes 28` (1509 s of training): on the 64 prompts above 0.922 at
-  2 steps, but 0.859 at 4 and 0.844 at 8.
-* the plain defaults (`w` in [3, 7], the student as its own target; 1182 s of training, beside
-  other jobs): 0.953 at 4 steps on the 64 prompts above, but 0.917 (JAX f32) and 0.938
-  (OpenVINO f32) on the 96 prompts of the sweep, below the 0.950 of the target; on a validation
-  set (the held-out combinations with other noise, 256 images, and 256 training captions; JAX
-  f32, 4 steps) 0.945 and 0.887, where the base model at 20 steps scores 0.992 and 0.965.
-* the defaults with `--num-ddim-timesteps 25` (a teacher step of 40 timesteps; 292 s of
-  training): 0.938 at 4 steps on the 64 prompts above; 0.953 and 0.883 on the validation set,
-  no better than the defaults.
-
-The kept recipe makes two changes, not measured apart: a narrower guidance range centred on the
-base model's guidance 6 (the student, which is not told `w`, has nearly one trajectory per start
-to match instead of an average over guidance scales 4 to 8), and an EMA of the LoRA weights as
-the target network (decay 0.95, as diffusers' full-model LCM scripts keep). It scores 0.977 and
-0.938 on that validation set.
-""",
-}
+def recipes_tried(folder: str) -> str:
+    """What was tried for the shipped checkpoint ``folder`` (an adapter or a tiny autoencoder) and
+    not kept, for its card: ``recipes_tried/<folder>.md`` beside this module, or nothing. It says
+    what was measured, so that the next attempt starts from there."""
+    text = resources.files(__package__).joinpath("recipes_tried", f"{folder}.md")
+    return text.read_text(encoding="utf-8") if text.is_file() else ""
 
 
 def target_verdict(rows: list[dict], base_steps: int, prompts: int) -> str:
@@ -196,7 +164,7 @@ def readme_text(
         stopped=", stopped by the time cap" if log["stopped_by_time"] else "",
         eval_s=log["wall_s"].get("evaluation", 0.0),
         cpu=log["cpu"],
-        tried=RECIPES_TRIED.get(dst.name, ""),
+        tried=recipes_tried(dst.name),
     )
 
 

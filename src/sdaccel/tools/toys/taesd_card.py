@@ -15,6 +15,7 @@ from pathlib import Path
 
 from sdaccel.core.checkpoint import read_json
 from sdaccel.core.staging import replace_text
+from sdaccel.tools.toys.model_card import recipes_tried
 from sdaccel.tools.toys.taesd_config import LOG_NAME, TaesdConfig
 from sdaccel.tools.toys.taesd_eval import evaluation_table
 
@@ -34,22 +35,6 @@ USED_BY = {
 #: Where a shipped tiny autoencoder's decode is timed in OpenVINO, per output folder.
 MEASURED_IN = {
     "tiny-shapes-sdxl-taesd": " Notebook 07\nmeasures it in OpenVINO, beside the whole image.",
-}
-
-#: What was tried before the shipped recipe, per output folder: the card quotes it.
-RECIPES_TRIED = {
-    "tiny-shapes-sdxl-taesd": """
-Recipes tried and not kept (the decoder alone, one torch thread, seed 0; scored on 256 held-out
-data-set images through the VAE's encoder, where the VAE's own decodes score 0.957):
-
-* 16 channels, blocks (3, 3, 1) as TAESD's last level, plain squared error, 2500 steps: PSNR
-  31.8 dB, adherence 0.738;
-* the same with the weighted squared + absolute error, 2000 steps: 32.7 dB, 0.797;
-* blocks (3, 3, 2), 2500 steps: 33.8 dB, 0.836; blocks (3, 3, 3), kept: 34.4 dB, 0.848;
-* 24 channels, blocks (2, 2, 1), 2000 steps: 34.0 dB, 0.875, with a decoder of 90 k parameters;
-* the kept recipe with `--edge-weight 12` (the whole run, the table's 64 images): 34.65, 32.41 and
-  31.22 dB, adherence 0.891, 0.938 and 0.906: no better.
-""",
 }
 
 
@@ -117,7 +102,7 @@ def readme_text(dst: Path, log: dict) -> str:
         stopped=", stopped by the time cap" if log["stopped_by_time"] else "",
         data_s=log["wall_s"]["data"],
         eval_s=log["wall_s"].get("evaluation", 0.0),
-        tried=RECIPES_TRIED.get(dst.name, ""),
+        tried=recipes_tried(dst.name),
         used_by=USED_BY.get(dst.name, ""),
         measured_in=MEASURED_IN.get(dst.name, ""),
     )
