@@ -8,7 +8,6 @@ from pathlib import Path
 
 import jax
 import jax.numpy as jnp
-import nbformat
 import numpy as np
 import pytest
 from jax.sharding import NamedSharding
@@ -20,14 +19,6 @@ NB00 = Path(__file__).resolve().parents[2] / "notebooks" / "00_environment_and_d
 N = jax.device_count()
 
 pytestmark = pytest.mark.skipif(N < 2, reason=f"needs 2 devices or more, JAX started with {N}")
-
-
-def cells(exercise_id: str) -> tuple[str, str, str]:
-    """(solution, attendee stub, check) of one exercise of notebook 00."""
-    nb = nbformat.read(NB00, as_version=4)
-    (found,) = [e for e in ex.exercises(nb, NB00.name) if e.id == exercise_id]
-    stub = ex.attendee_copy(nb, NB00.name)["cells"][found.solution]
-    return ex.source(nb.cells[found.solution]), ex.source(stub), ex.source(nb.cells[found.check])
 
 
 def namespace() -> dict:
@@ -48,7 +39,7 @@ def run(code: str, ns: dict, name: str = "<cell>") -> dict:
 
 
 def test_exercise_00_1_rows_over_data_columns_replicated(capsys):
-    solution, stub, check = cells("00.1")
+    solution, stub, check = ex.exercise_cells(NB00, "00.1")
     ns = run(solution, namespace(), "00.1 solution")
     run(check, ns, "00.1 check")  # right: no exception
     assert "Exercise 00.1: right" in capsys.readouterr().out

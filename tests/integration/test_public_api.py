@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import ast
 import importlib
-import json
 import pkgutil
 import re
 import subprocess
@@ -18,24 +17,15 @@ from pathlib import Path
 
 import pytest
 
+from sdaccel.tools.workshop.reach import notebook_code
+
 REPO = Path(__file__).resolve().parents[2]
 SRC = REPO / "src"
 ROOMS = ("core", "tpu", "cpu", "toy", "course")
 #: The rooms whose names are imported on first use (``PUBLIC_NAMES``: name -> module).
-LAZY_ROOMS = ("tpu", "cpu", "toy", "course")
+LAZY_ROOMS = ("core", "tpu", "cpu", "toy", "course")
 #: The CPU track: OpenVINO only (07 compares both tracks and runs JAX too).
 CPU_TRACK = ("04", "05", "06")
-
-
-def notebook_code(path: Path) -> str:
-    """The notebook's code cells, IPython's magics and shell lines left out."""
-    return "\n".join(
-        line
-        for cell in json.loads(path.read_text())["cells"]
-        if cell["cell_type"] == "code"
-        for line in "".join(cell["source"]).splitlines()
-        if not line.lstrip().startswith(("%", "!"))
-    )
 
 
 def is_module(dotted: str) -> bool:
@@ -116,7 +106,7 @@ def test_every_name_of_the_table_resolves_from_the_room_and_its_module(room):
     assert set(package.PUBLIC_NAMES) <= set(dir(package))
 
 
-@pytest.mark.parametrize("room", ("cpu", "toy", "course"))
+@pytest.mark.parametrize("room", ("core", "cpu", "toy", "course"))
 def test_the_table_knows_every_module_of_the_room(room):
     package = importlib.import_module(f"sdaccel.{room}")
     modules = {m.name for m in pkgutil.iter_modules(package.__path__)}

@@ -228,14 +228,6 @@ def test_the_two_stage_reference_makes_the_images_of_one_call(name):
 NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
 
 
-def exercise_cells(notebook: str, exercise_id: str) -> tuple[str, str, str]:
-    """(solution, attendee stub, check) sources of one exercise of ``notebooks/<notebook>``."""
-    nb = nbformat.read(NOTEBOOKS / notebook, as_version=4)
-    (found,) = [e for e in ex.exercises(nb, notebook) if e.id == exercise_id]
-    stub = ex.attendee_copy(nb, notebook)["cells"][found.solution]
-    return ex.source(nb.cells[found.solution]), ex.source(stub), ex.source(nb.cells[found.check])
-
-
 def run_exercise(namespace: dict, solution: str, check: str, answer: str | None = None) -> dict:
     """Run the solution cell (or the stub then ``answer``, the attendee's code), then the check."""
     exec(compile(solution, "<solution>", "exec"), namespace)
@@ -246,7 +238,7 @@ def run_exercise(namespace: dict, solution: str, check: str, answer: str | None 
 
 
 def outcomes(namespace_fn, notebook, exercise_id, wrong_answers):
-    solution, stub, check = exercise_cells(notebook, exercise_id)
+    solution, stub, check = ex.exercise_cells(NOTEBOOKS / notebook, exercise_id)
     run_exercise(namespace_fn(), solution, check)  # the notebook's solution: no exception
     with pytest.raises(ex.ExerciseNotDone, match="not answered yet"):
         run_exercise(namespace_fn(), stub, check)

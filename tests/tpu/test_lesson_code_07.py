@@ -187,13 +187,6 @@ def test_the_cells_first_lcm_step_is_the_pipelines(part3):
 # ----------------------------------------------------------------------------------------------
 
 
-def exercise_cells(exercise_id: str) -> tuple[str, str, str]:
-    nb = nbformat.read(NOTEBOOK, as_version=4)
-    (found,) = [e for e in ex.exercises(nb, NOTEBOOK.name) if e.id == exercise_id]
-    stub = ex.attendee_copy(nb, NOTEBOOK.name)["cells"][found.solution]
-    return ex.source(nb.cells[found.solution]), ex.source(stub), ex.source(nb.cells[found.check])
-
-
 def run(namespace: dict, *sources: str) -> None:
     for k, code in enumerate(sources):
         exec(compile(code, f"<cell {k}>", "exec"), namespace)
@@ -224,7 +217,7 @@ def as_lcm_step(body: str) -> str:
 
 
 def test_exercise_07_3_one_lcm_step(part3):
-    solution, stub, check = exercise_cells("07.3")
+    solution, stub, check = ex.exercise_cells(NOTEBOOK, "07.3")
     assert "lcm_scheduler.step(" in check and "lcm_scheduler.step(" not in solution
     run(dict(part3), solution, check)  # the notebook's solution: no exception
     with pytest.raises(ex.ExerciseNotDone, match="not answered yet"):
