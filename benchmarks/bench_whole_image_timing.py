@@ -120,7 +120,7 @@ def ov_record(pipe, unet, guidance: float | None, load_s: float) -> dict:
     static (every input of one shape). The batch is 2 (the prompt and its negative) when the
     guidance asked for (``None``: the pipeline's default) is above 1 and the model does not embed
     guidance, else 1."""
-    from sdaccel.cpu.precision import runtime_precisions
+    from sdaccel.cpu.precision_timing import runtime_precisions
 
     scale = guidance if guidance is not None else pipe.defaults.guidance_scale
     return {

@@ -22,7 +22,8 @@ extensions = [
 ]
 
 root_doc = "index"
-exclude_patterns = ["_build", "**/*.previous.ipynb", "**/.ipynb_checkpoints"]
+# benchmarks/results/*.md are not pages: the lab notes include their tables ({include}).
+exclude_patterns = ["_build", "**/*.previous.ipynb", "**/.ipynb_checkpoints", "benchmarks/**"]
 
 # The notebooks were executed by `python -m sdaccel.tools.workshop.run_notebooks --profile smoke` (in CI: by the
 # test suite, with every notebook's results checked) just before the site is built; the site

@@ -1,14 +1,19 @@
 """sdaccel.core.env: the CPU's name and instruction sets read from one source (/proc/cpuinfo, else
 macOS's sysctl; then lscpu, then the platform), for x86 and ARM Linux machines, Apple silicon and
-Intel Macs, and a machine with neither; the installed versions; the summary of notebook 00."""
+Intel Macs, and a machine with neither; the installed versions; the summary of notebook 00; and JAX
+kept off libtpu's search for chips where no TPU is here."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import platform
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from sdaccel.core import env
 
@@ -332,3 +337,75 @@ def test_summary_has_python_platform_cpu_cores_and_memory(monkeypatch):
     assert summary["python"] == platform.python_version() and summary["platform"] == platform.platform()
     assert summary["cpu"] == "Test CPU" and summary["cores"] == os.cpu_count()
     assert isinstance(summary["memory_gib"], float) and summary["memory_gib"] > 0
+
+
+# ----------------------------------------------------------------------------------------------
+# tpu_present and quiet_jax_without_tpu
+# ----------------------------------------------------------------------------------------------
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_a_tpu_is_present_by_its_device_files_or_a_variable_naming_it(tmp_path):
+    (tmp_path / "vfio").mkdir()
+    (tmp_path / "vfio" / "vfio").touch()  # the control file every Linux machine with VFIO has
+    none = (str(tmp_path / "accel*"), str(tmp_path / "vfio/[0-9]*"))
+    assert not env.tpu_present({}, none)
+    assert not env.tpu_present({"TPU_SKIP_MDS_QUERY": "1", "TPU_NAME": ""}, none)  # neither names one
+    assert env.tpu_present({"TPU_ACCELERATOR_TYPE": "v5litepod-8"}, none)  # GKE's pods
+    (tmp_path / "vfio" / "0").touch()  # a v5e chip
+    assert env.tpu_present({}, none)
+    assert env.tpu_present({}, (str(tmp_path / "accel*"),)) is False
+    (tmp_path / "accel0").touch()  # a v4 chip
+    assert env.tpu_present({}, (str(tmp_path / "accel*"),))
+
+
+def test_jax_stays_on_the_cpu_only_where_libtpu_is_installed_and_no_tpu_is_here(tmp_path, monkeypatch):
+    none = (str(tmp_path / "accel*"),)
+    monkeypatch.setattr(env, "find_spec", lambda name: object() if name == "libtpu" else None)
+    environ: dict[str, str] = {}
+    assert env.quiet_jax_without_tpu(environ, none) and environ == {"JAX_PLATFORMS": "cpu"}
+    for chosen in ({"JAX_PLATFORMS": ""}, {"JAX_PLATFORMS": "tpu"}, {"TPU_WORKER_HOSTNAMES": "a,b"}):
+        kept = dict(chosen)
+        assert not env.quiet_jax_without_tpu(kept, none) and kept == chosen  # a choice is left alone
+    (tmp_path / "accel0").touch()
+    assert not env.quiet_jax_without_tpu(environ := {}, none) and environ == {}  # a TPU VM
+    monkeypatch.setattr(env, "find_spec", lambda name: None)
+    assert not env.quiet_jax_without_tpu(environ := {}, ()) and environ == {}  # no libtpu: no search
+    monkeypatch.setattr(env, "find_spec", lambda name: object())  # a GPU's JAX plugin
+    assert not env.quiet_jax_without_tpu(environ := {}, ()) and environ == {}
+
+
+@pytest.mark.skipif(env.tpu_present(), reason="a TPU is here: JAX is meant to find it")
+def test_a_full_profile_kernel_on_a_machine_without_a_tpu_starts_jax_quietly(tmp_path):
+    """A notebook's kernel in the full profile (no JAX_PLATFORMS, no SDACCEL_PROFILE): its profile
+    cell, then JAX's first call. With libtpu installed (requirements-cpu.txt) and no TPU, JAX
+    would print libtpu's search for chips on stderr; it stays on the CPU instead, and compiling for
+    a TPU topology still works."""
+    kernel = {k: v for k, v in os.environ.items() if k not in ("JAX_PLATFORMS", "SDACCEL_PROFILE")}
+    kernel = {k: v for k, v in kernel.items() if not k.startswith("TPU_") and k != "XLA_FLAGS"}
+    code = (
+        "from sdaccel.course.run_profiles import start\n"
+        "profile = start('01_sdxl_in_jax', globals())\n"
+        "import jax\n"
+        "print(jax.default_backend(), len(jax.devices()))\n"
+        "from importlib.util import find_spec\n"
+        "if find_spec('libtpu'):\n"
+        "    from sdaccel.tpu.topology import tpu_devices\n"
+        "    print('compile-only TPU devices:', len(tpu_devices('v5e-4')))\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=REPO / "notebooks",
+        env=kernel,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    )
+    assert proc.stdout.splitlines()[0].startswith("Profile full")
+    lines = proc.stdout.splitlines()
+    assert "cpu 1" in lines
+    if importlib.util.find_spec("libtpu"):
+        assert lines[-1] == "compile-only TPU devices: 4"
+    assert "TPU" not in proc.stderr and proc.stderr.strip() == "", proc.stderr

@@ -74,7 +74,7 @@ def test_smoke_settings_are_the_toy_of_notebook_07():
 
 def test_the_page_says_a_toy_is_a_toy_and_fetches_nothing_from_elsewhere():
     text = texts(demo.app(smoke_demo()))
-    assert "toy model" in text and "random weights" not in text  # its TAESD is distilled from it
+    assert "tiny trained model" in text and "random weights" not in text  # its TAESD is distilled from it
     assert not re.search(r"(https?:)?//[\w.-]+\.\w+", text), "the page must work offline"
     assert "@import" not in text and "<link" not in text
     full = texts(demo.app(demo.Demo(demo.Settings())))

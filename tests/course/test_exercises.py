@@ -195,7 +195,7 @@ def test_every_notebook_ends_with_two_or_three_exercises(nb_path):
     nb = nbformat.read(nb_path, as_version=4)
     found = ex.exercises(nb, nb_path.name)
     assert 2 <= len(found) <= 3, f"{nb_path.name}: {len(found)} exercises"
-    number = nb_path.stem[:2]
+    number = nb_path.stem.split("_")[0]
     assert [f.id for f in found] == [f"{number}.{k}" for k in range(1, len(found) + 1)]
     assert found[-1].check == len(nb.cells) - 2, "the exercises come just before 'Next steps'"
     assert "## Exercises" in ex.source(nb.cells[found[0].task - 1])

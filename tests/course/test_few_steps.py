@@ -215,3 +215,54 @@ def test_resolve_lora_local_paths_and_errors(tmp_path, monkeypatch):
     with pytest.raises(CheckpointError, match="holds no pytorch_lora_weights.safetensors"):
         resolve_lora("org/empty")
     assert [a[0] for a in asked] == ["org/offline", "org/empty"]
+
+
+def _row(sampler, steps, score, psnr):
+    return {"pipeline": "ov_f32", "sampler": sampler, "steps": steps, "score": score, "psnr_mean": psnr}
+
+
+def test_adapter_gain_pairs_the_two_lcm_samplers_at_each_number_of_steps():
+    rows = [
+        _row("base", 1, 0.0, 8.0),
+        _row("base", 20, 1.0, None),
+        _row("lcm", 1, 0.625, 21.25),
+        _row("lcm", 4, 0.9375, 31.0),
+        _row("lcm_no_adapter", 1, 0.4375, 20.75),
+        _row("lcm_no_adapter", 4, 1.0, 30.5),
+        _row("lcm", 8, 1.0, 31.0),  # no row without the adapter at 8 steps: left out
+    ]
+    gain = few_steps.adapter_gain(rows)
+    assert list(gain) == [1, 4]
+    assert gain[1] == {
+        "with": 0.625,
+        "without": 0.4375,
+        "adds": pytest.approx(0.1875),
+        "psnr_with": 21.25,
+        "psnr_without": 20.75,
+    }
+    assert gain[4]["adds"] == pytest.approx(-0.0625)  # the sampler alone drew one more prompt here
+    table = few_steps.format_adapter_gain(gain, base_steps=20)
+    assert "PSNR to the 20-step base" in table
+    assert "| 1 | 62% | 21.2 dB | 44% | 20.8 dB | +19 points, +0.5 dB |" in table
+    assert "| 4 | 94% | 31.0 dB | 100% | 30.5 dB | -6 points, +0.5 dB |" in table
+    with pytest.raises(ValueError, match="both LCM samplers"):
+        few_steps.adapter_gain([_row("lcm", 1, 0.5, 20.0)])
+
+
+@pytest.mark.slow
+def test_adapter_rows_score_every_sampler_against_the_base_images(tmp_path):
+    """The shipped adapter on 2 held-out prompts, OpenVINO f32: one row per sampler and number of
+    steps, the base at its usual steps is the reference (no PSNR of its own), the others have one."""
+    sdxl = REPO / "checkpoints" / "tiny-shapes-sdxl"
+    rows = few_steps.adapter_rows(
+        sdxl, REPO / "checkpoints" / "tiny-shapes-sdxl-lcm-lora", [1], 2, 0, tmp_path, base_steps=4
+    )
+    assert [(r["sampler"], r["steps"]) for r in rows] == [
+        ("base", 1),
+        ("base", 4),
+        ("lcm", 1),
+        ("lcm_no_adapter", 1),
+    ]
+    assert rows[1]["psnr_mean"] is None and all(r["psnr_mean"] > 5 for r in rows if r is not rows[1])
+    assert all(0 <= r["score"] <= 1 and r["prompts"] == 2 for r in rows)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["openvino_base", "openvino_lcm"]

@@ -78,7 +78,8 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def test_the_rehearsals_measurements_are_the_readmes_and_within_the_doctors_needs():
-    """The README's rehearsal table is the committed run's rows as the runner prints them, and
+    """The rehearsal page's table (``benchmarks/results/rehearsal.md``, which the page includes) is
+    the committed run's rows as the runner prints them, and
     each notebook's memory need (what the doctor checks) covers what its rehearsal measured: the
     anonymous peak of the whole tree, or where a run did not record it, the largest child's RSS (a
     kernel's RSS counts mapped weights once per mapping, so it can exceed the machine)."""
@@ -89,7 +90,9 @@ def test_the_rehearsals_measurements_are_the_readmes_and_within_the_doctors_need
     data = json.loads((REPO / "benchmarks" / "results" / "rehearsal.json").read_text())
     rows = list(data["notebooks"].values())
     assert data["profile"] == "rehearsal" and rows
-    assert format_summary(rows) in (REPO / "README.md").read_text()
+    table = REPO / "benchmarks" / "results" / "rehearsal.md"
+    assert table.read_text() == format_summary(rows) + "\n"
+    assert "```{include} ../benchmarks/results/rehearsal.md" in (REPO / "docs" / "rehearsal.md").read_text()
     for row in rows:
         assert row["cpu"] and row["isa_tier"] and row["commit"], (
             f"{row['notebook']}: which machine and code ran it"

@@ -163,7 +163,7 @@ def parameters_cell(nb: Path) -> str:
 
 #: What the rehearsal keeps from the full profile: the models, their files, dtypes and recipes.
 KEPT_IN_REHEARSAL = {
-    "MODEL_ID", "VARIANT", "DTYPE", "WEIGHT_DTYPE", "VARIANTS", "LEVERS", "CPU_MODEL_ID", "CPU_LORA",
+    "MODEL_ID", "VARIANT", "DTYPE", "WEIGHT_DTYPE", "VARIANTS", "SPEEDUPS", "CPU_MODEL_ID", "CPU_LORA",
     "FAST_VAE", "PRECISION", "INT8_VARIANT", "JAX_MODEL_ID", "JAX_VARIANT", "JAX_DTYPE", "JAX_LORA",
     "QUALITY_CHECKPOINT", "ADHERENCE_CHECKPOINT", "ADHERENCE_LORA", "QUANT_MEMORY_GB",
 }  # fmt: skip

@@ -250,10 +250,10 @@ def test_the_benchmarks_table_has_the_toys_quality_when_given():
     data = _results(tpu=None)
     quality = _quality(torch_fp32_20=0.958, ov_float_20=0.938)
     lines = whole_image.format_table(data, quality=quality).splitlines()
-    assert "| adherence (toy) | PSNR dB vs f32 (toy) |" in lines[2]
+    assert "| adherence (tiny trained model) | PSNR dB vs f32 (tiny trained model) |" in lines[2]
     row = next(line for line in lines if line.startswith(f"| {data['rows']['ov_float_20']['title']} |"))
     assert "| 0.938 | 30.0 |" in row
-    assert "adherence (toy)" not in whole_image.format_table(data)
+    assert "adherence (tiny trained model)" not in whole_image.format_table(data)
 
 
 @pytest.mark.parametrize("name", whole_image.REFERENCE_FILES)
@@ -432,7 +432,10 @@ def test_quality_puts_each_recipes_adherence_beside_its_seconds():
         "command": quality["command"],
     }
     lines = whole_image.markdown_table(table).splitlines()
-    assert "| adherence (toy) | PSNR dB vs f32 (toy) | precision (UNet) |" in lines[0]
+    assert (
+        "| adherence (tiny trained model) | PSNR dB vs f32 (tiny trained model) | precision (UNet) |"
+        in lines[0]
+    )
     assert all(line.count("|") == lines[0].count("|") for line in lines)
     body = dict(zip(rows, lines[2:], strict=True))
     assert (
@@ -441,7 +444,7 @@ def test_quality_puts_each_recipes_adherence_beside_its_seconds():
     )
     assert body["jax_lcm4_lora_taesd"].endswith("| 16.00 | - | - | f32 |")
     assert whole_image.describe(table, "x.json", "AMX")[-1].startswith(
-        "Adherence and PSNR: the same recipe on the trained toy tiny-shapes-sd15 of this layout, 96 held-out "
+        "Adherence and PSNR: the same recipe on the tiny trained model tiny-shapes-sd15 of this layout, 96 held-out "
         "prompts, PSNR against its OpenVINO f32 images (measured on AVX2);"
     )
     # without quality: no columns, no sentence, no adherence
@@ -459,14 +462,14 @@ def test_the_fastest_within_the_bound_is_named_with_what_the_fastest_of_all_cost
     )
     text = whole_image.findings(whole_image.read_table(data, quality=quality))
     assert text[-1] == (
-        "Within 5 adherence points of PyTorch fp32 on the trained toy tiny-shapes-sd15 (PyTorch fp32: "
+        "Within 5 adherence points of PyTorch fp32 on the tiny trained model tiny-shapes-sd15 (PyTorch fp32: "
         "0.958), the fastest is JAX, 4 steps: 25.0 s, 16.0x PyTorch fp32 and 6.40x OpenVINO's best float at 20 steps, "
         "adherence 0.948."
     )
     # JAX's 4 steps draw 0.948: one point below the bound of 0.5 points, so the bound moves the answer
     text = whole_image.findings(whole_image.read_table(data, quality=quality), bound=0.005)
     assert text[-1] == (
-        "Within 0.5 adherence points of PyTorch fp32 on the trained toy tiny-shapes-sd15 (PyTorch fp32: "
+        "Within 0.5 adherence points of PyTorch fp32 on the tiny trained model tiny-shapes-sd15 (PyTorch fp32: "
         "0.958), the fastest is OpenVINO float: 160.0 s, 2.5x PyTorch fp32, adherence 0.958; the fastest of all, "
         "JAX, 4 steps, draws 0.948."
     )
@@ -517,7 +520,7 @@ def test_the_stacks_run_reads_with_the_toys_stack_beside_it():
     rows = table["rows"]
     assert whole_image_rows.OV_STACK_20 in rows and all(row["adherence"] is not None for row in rows.values())
     assert whole_image.heading(table) == (
-        "SD 1.5 at 512x512, with the toy's INT8 recipes replayed and the levers stacked"
+        "SD 1.5 at 512x512, with the tiny trained model's INT8 recipes replayed and the speed-ups stacked"
     )
     stack = rows[whole_image_rows.OV_STACK_20]
     assert stack["adherence"] >= rows["torch_fp32_20"]["adherence"] - whole_image.QUALITY_BOUND
@@ -528,19 +531,21 @@ def test_a_table_is_headed_by_its_model_and_size_and_the_stack_when_it_ran():
     table = {"settings": {"model": "sd15", "size": 512}, "rows": {"torch_fp32_20": {}, "ov_float_20": {}}}
     assert whole_image.heading(table) == "SD 1.5 at 512x512"
     table["rows"]["ov_stack_20"] = {}
-    assert whole_image.heading(table) == "SD 1.5 at 512x512, with the levers stacked"
+    assert whole_image.heading(table) == "SD 1.5 at 512x512, with the speed-ups stacked"
     table["rows"]["ov_full_int8_accuracy_control_20"] = {}
     assert whole_image.heading(table) == (
-        "SD 1.5 at 512x512, with the toy's INT8 recipes replayed and the levers stacked"
+        "SD 1.5 at 512x512, with the tiny trained model's INT8 recipes replayed and the speed-ups stacked"
     )
     del table["rows"]["ov_stack_20"]
-    assert whole_image.heading(table) == "SD 1.5 at 512x512, with the toy's INT8 recipes replayed"
+    assert (
+        whole_image.heading(table) == "SD 1.5 at 512x512, with the tiny trained model's INT8 recipes replayed"
+    )
     layer = {
         "settings": {"model": "sd15", "size": 512},
         "rows": {"torch_fp32_20": {}, "ov_stack_layer_20": {}},
     }
     assert whole_image.heading(layer) == (
-        "SD 1.5 at 512x512, with the levers stacked and DeepCache cut at the last layer"
+        "SD 1.5 at 512x512, with the speed-ups stacked and DeepCache cut at the last layer"
     )
     # the ResNets' recipe: its row of the usual steps, or the few-step rows of that --lcm-variant
     few = {"settings": {"model": "sd15", "size": 512, "lcm_variant": ["full_int8_float_resnets"]}}

@@ -222,16 +222,16 @@ def test_checked_result_accepts_numbers_and_per_item_values():
 
 
 # ----------------------------------------------------------------------------------------------
-# Notebook 05 writes the search out as NNCF's own call: run as it stands, it makes the helper's model
+# Notebook 05b writes the search out as NNCF's own call: run as it stands, it makes the helper's model
 # ----------------------------------------------------------------------------------------------
 
-NB05 = Path(__file__).resolve().parents[2] / "notebooks" / "05_int8_quantization.ipynb"
+NB05 = Path(__file__).resolve().parents[2] / "notebooks" / "05b_int8_under_constraints.ipynb"
 SEARCH_CELL = "nncf.quantize_with_accuracy_control("
 
 
 def notebook_namespace(ir, **knobs) -> dict:
     """What the cells before the search give it, on the three convolutions: the calibration
-    dataset, the layers kept in float and the validation function as notebook 05 defines them."""
+    dataset, the layers kept in float and the validation function as notebook 05b defines them."""
     import time
 
     import nncf

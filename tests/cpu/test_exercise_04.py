@@ -15,7 +15,7 @@ ov = pytest.importorskip("openvino")
 
 from sdaccel.course import exercises as ex  # noqa: E402
 from sdaccel.cpu.export import MODEL_XML  # noqa: E402
-from sdaccel.cpu.precision import precision_name  # noqa: E402
+from sdaccel.cpu.precision_timing import precision_name  # noqa: E402
 
 NB04 = Path(__file__).resolve().parents[2] / "notebooks" / "04_openvino_export_and_run.ipynb"
 

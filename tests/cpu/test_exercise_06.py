@@ -1,12 +1,12 @@
-"""Exercises 06.2 and 06.3 on the tiny SD 1.5 checkpoint.
+"""Exercises 06.2 (notebook 06) and 06b.2 (appendix 06b) on the tiny SD 1.5 checkpoint.
 
-06.3, whose answer is the lesson's OpenVINO code: the UNet reshaped to static shapes, compiled with
+06.2 of notebook 06, whose answer is the lesson's OpenVINO code: the UNet reshaped to static shapes, compiled with
 ``{"INFERENCE_PRECISION_HINT": "f32", "PERFORMANCE_HINT": "LATENCY"}``, one warm-up call, then the
 median of timed calls. The notebook's setup cell exports the UNet as the benchmark does when it is
 missing, the solution passes its check, the attendee's copy (solution stripped) is "not answered
 yet", and wrong answers are "not quite".
 
-06.2: DeepCache's two IRs cut at the last layer (``export_deepcache(..., cut="layer")``) on the
+06b.2 of the appendix 06b: DeepCache's two IRs cut at the last layer (``export_deepcache(..., cut="layer")``) on the
 toy's static pipeline, a full UNet call every second call; the check draws the same picture and
 refuses the block cut, another interval, another seed and no cache."""
 
@@ -21,20 +21,22 @@ import pytest
 ov = pytest.importorskip("openvino")
 
 from sdaccel.course import exercises as ex  # noqa: E402
-from sdaccel.cpu.precision import precision_name  # noqa: E402
+from sdaccel.cpu.precision_timing import precision_name  # noqa: E402
 
 NB06 = Path(__file__).resolve().parents[2] / "notebooks" / "06_cpu_benchmark_and_comparison.ipynb"
+#: the appendix, which holds exercise 06b.2 beside the stacks it builds on
+NB06B = NB06.with_name("06b_cpu_stacks_and_quality.ipynb")
 
 
-def cells(exercise: str) -> dict[str, str]:
-    """The cell before the task of ``exercise`` (06.3's setup), its solution, the attendee's stub
-    and its check."""
-    nb = json.loads(NB06.read_text())
-    (found,) = [e for e in ex.exercises(nb, NB06.name) if e.id == exercise]
+def cells(exercise: str, path: Path = NB06) -> dict[str, str]:
+    """The cell before the task of ``exercise`` (06.2's setup in notebook 06) in the notebook at ``path``, its
+    solution, the attendee's stub and its check."""
+    nb = json.loads(path.read_text())
+    (found,) = [e for e in ex.exercises(nb, path.name) if e.id == exercise]
     return {
         "before": nb["cells"][found.task - 1],
         "solution": ex.source(nb["cells"][found.solution]),
-        "stub": ex.source(ex.attendee_copy(nb, NB06.name)["cells"][found.solution]),
+        "stub": ex.source(ex.attendee_copy(nb, path.name)["cells"][found.solution]),
         "check": ex.source(nb["cells"][found.check]),
     }
 
@@ -49,7 +51,7 @@ def exercise(tiny_sd15, tmp_path_factory):
     """The notebook's namespace after the setup cell, as with BENCH_JSON (no IR of the benchmark
     here, so the cell exports it), and the exercise's cells."""
     out = tmp_path_factory.mktemp("nb06")
-    code = cells("06.3")
+    code = cells("06.2")
     setup = code.pop("before")
     assert setup["cell_type"] == "code" and not ex.tags(setup), "an untagged setup cell before the task"
     code["setup"] = ex.source(setup)
@@ -61,27 +63,27 @@ def exercise(tiny_sd15, tmp_path_factory):
         "bench": {"settings": {"batch": 2}},
         "results": {"latent": 8},
     }
-    run(code["setup"], ns, "06.3 setup")
+    run(code["setup"], ns, "06.2 setup")
     assert ns["unet_xml"] == out / "ir" / tiny_sd15.name / "unet_fp16.xml" and ns["unet_xml"].is_file()
     assert ns["sample"]["sample"].shape == (2, 4, 8, 8)
     return ns, code
 
 
-def test_exercise_06_3_solution_passes_and_the_stub_is_not_answered(exercise, capsys):
+def test_exercise_06_2_timing_solution_passes_and_the_stub_is_not_answered(exercise, capsys):
     ns, code = exercise
-    ns = run(code["solution"], dict(ns), "06.3 solution")
-    run(code["check"], ns, "06.3 check")  # right: no exception
-    assert "Exercise 06.3: right" in capsys.readouterr().out
+    ns = run(code["solution"], dict(ns), "06.2 timing solution")
+    run(code["check"], ns, "06.2 timing check")  # right: no exception
+    assert "Exercise 06.2: right" in capsys.readouterr().out
     compiled, times, median_s = ns["unet_timing"]
     assert precision_name(compiled.get_property("INFERENCE_PRECISION_HINT")) == "f32"
     assert len(times) >= 3 and median_s == statistics.median(times) > 0
 
     stub = run(code["stub"], {})
-    with pytest.raises(ex.ExerciseNotDone, match="06.3: not answered yet"):
+    with pytest.raises(ex.ExerciseNotDone, match="06.2: not answered yet"):
         run(code["check"], stub)
 
 
-def test_exercise_06_3_wrong_answers_fail(exercise):
+def test_exercise_06_2_timing_wrong_answers_fail(exercise):
     ns, code = exercise
     ns = dict(ns)
     core, sample = ov.Core(), ns["sample"]
@@ -139,24 +141,24 @@ def test_exercise_06_3_wrong_answers_fail(exercise):
         )
     for name, answer in wrong.items():
         ns["unet_timing"] = answer
-        with pytest.raises(ex.ExerciseNotDone, match="06.3: not quite"):
+        with pytest.raises(ex.ExerciseNotDone, match="06.2: not quite"):
             run(code["check"], ns, name)
 
 
 # ----------------------------------------------------------------------------------------------
-# Exercise 06.2: DeepCache cut at the last layer, on the toy's static pipeline
+# Exercise 06b.2 of the appendix 06b: DeepCache cut at the last layer, on the toy's static pipeline
 # ----------------------------------------------------------------------------------------------
 
 
 @pytest.fixture(scope="module")
 def layer_exercise(tiny_sd15, tmp_path_factory):
-    """The namespace exercise 06.2 finds in the notebook (the toy's f32 export, its static
+    """The namespace exercise 06b.2 finds in the notebook (the toy's f32 export, its static
     pipeline, DeepCache, a prompt, few steps) and the exercise's solution, stub and check."""
     from sdaccel.cpu.deepcache import DeepCache
     from sdaccel.cpu.export import checkpoint_defaults, export_pipeline, text_to_image_components
     from sdaccel.cpu.pipeline import OVPipeline
 
-    code = cells("06.2")
+    code = cells("06b.2", NB06B)
     del code["before"]
     export = export_pipeline(
         tiny_sd15,
@@ -175,26 +177,26 @@ def layer_exercise(tiny_sd15, tmp_path_factory):
     return ns, code
 
 
-def test_exercise_06_2_solution_passes_and_the_stub_is_not_answered(layer_exercise, capsys):
+def test_exercise_06b_2_solution_passes_and_the_stub_is_not_answered(layer_exercise, capsys):
     ns, code = layer_exercise
-    ns = run(code["solution"], dict(ns), "06.2 solution")
-    run(code["check"], ns, "06.2 check")
-    assert "Exercise 06.2: right" in capsys.readouterr().out
+    ns = run(code["solution"], dict(ns), "06b.2 solution")
+    run(code["check"], ns, "06b.2 check")
+    assert "Exercise 06b.2: right" in capsys.readouterr().out
     folder, calls, _ = ns["layer_cut"]
     assert folder.name == "unet_deepcache_layer" and calls["full"] == calls["shallow"] + (
         sum(calls.values()) % 2
     )
 
     stub = run(code["stub"], {})
-    with pytest.raises(ex.ExerciseNotDone, match="06.2: not answered yet"):
+    with pytest.raises(ex.ExerciseNotDone, match="06b.2: not answered yet"):
         run(code["check"], {**ns, **stub})
 
 
-def test_exercise_06_2_wrong_answers_fail(layer_exercise):
+def test_exercise_06b_2_wrong_answers_fail(layer_exercise):
     from sdaccel.cpu.deepcache import DeepCache, export_deepcache
 
     ns, code = layer_exercise
-    ns = run(code["solution"], dict(ns), "06.2 solution")
+    ns = run(code["solution"], dict(ns), "06b.2 solution")
     layer, calls, picture = ns["layer_cut"]
     pipe, export, prompt, steps = ns["stack_pipe"], ns["stack_export"], ns["prompt"], ns["STEPS"]
 
@@ -217,5 +219,5 @@ def test_exercise_06_2_wrong_answers_fail(layer_exercise):
     }
     for name, answer in wrong.items():
         ns["layer_cut"] = answer
-        with pytest.raises(ex.ExerciseNotDone, match="06.2: not quite"):
+        with pytest.raises(ex.ExerciseNotDone, match="06b.2: not quite"):
             run(code["check"], ns, name)

@@ -1,6 +1,9 @@
 """The CPU-family reference tables of notebook 06 (``sdaccel.cpu.families``), the instruction-set
 tiers of x86 and ARM CPUs, and what each recipe is expected to do on them."""
 
+import json
+from pathlib import Path
+
 import pytest
 
 from sdaccel.core import env
@@ -42,7 +45,9 @@ def test_the_two_avx512_bf16_cpus_disagree_on_bf16():
     assert amd.name != intel.name
     assert amd.best_float() == "ov_bf16" and amd.ratio("ov_bf16") == pytest.approx(26.43 / 9.10)
     assert intel.best_float() == "ov_f32" and intel.ratio("ov_bf16") == pytest.approx(10.01 / 12.22)
-    assert families.family_of("Intel Xeon", {**AVX512_BF16, "amx_tile": True, "amx_bf16": True}) is None
+    amx = families.family_of("Intel Xeon", {**AVX512_BF16, "amx_tile": True, "amx_bf16": True})
+    assert amx.isa == "AMX" and amx.best_float() == "ov_bf16"  # the committed AMX run's tier
+    assert families.family_of("AMD EPYC", {**AVX512_BF16, "amx_tile": True, "amx_bf16": True}) is None
     avx2 = families.family_of("AMD EPYC 7B13", {"avx2": True, "avx512f": False})
     assert avx2.best_float() == "ov_f32" and "ov_bf16" not in avx2.s_per_step  # the plugin offers f32 only
 
@@ -172,3 +177,29 @@ def test_the_plugins_capabilities_overrule_the_tier():
         families.recipe_outlook("int4", "AMX")
     with pytest.raises(ValueError, match="unknown instruction-set tier"):
         families.recipe_outlook("full_int8", "ARM")
+
+
+def test_each_family_with_a_results_file_has_its_seconds():
+    """A family that names a committed results file (the AMX tier's) holds that file's seconds per
+    step and flags, so the table cannot drift from the run it cites."""
+    root = Path(__file__).resolve().parents[2]
+    cited = [f for f in families.reference() if f.results]
+    assert any(f.isa == "AMX" for f in cited), "the AMX tier comes from a committed AMX run"
+    for family in cited:
+        run = json.loads((root / family.results).read_text())
+        if "sd15" not in run.get("models", {}):  # cpu_levers_*: keyed by its checkpoint's folder
+            continue
+        speed = run["models"]["sd15"]["speedup"]
+        assert families.isa_tier(run["machine"]["cpu_flags"]) == family.isa
+        for variant, seconds in family.s_per_step.items():
+            assert seconds == round(speed[variant]["s_per_step"], 3), (family.name, variant)
+
+
+def test_int8_gains_are_read_from_the_families_not_typed():
+    amx = families.recipe_outlook("full_int8", "AMX").reason
+    vnni = families.recipe_outlook("full_int8", "AVX-512 VNNI + BF16, no AMX").reason
+    (family,) = [f for f in families.reference() if f.isa == "AMX"]
+    gain = family.s_per_step[family.best_float()] / family.s_per_step["full_int8"]
+    assert f"{gain:.2f}x the best float on AMX" in amx
+    assert "without AMX" in vnni and "on AMX" not in vnni
+    assert families.measured_gain("hybrid", amx=True) is None

@@ -9,7 +9,7 @@ the library calls they show make what the helpers make, so the two cannot fork.
   with the dataset, model type, ignored scope and advanced parameters) make the same models as
   ``sdaccel.cpu.quantize``'s recipes (``quantize_variant``): the same quantizers and INT8 weights, and
   the same outputs.
-- The exercises 04.3, 05.2 and 05.3, whose answers are library code: the solution passes, the attendee's
+- The exercises 04.3, 05.2 and 05b's 05b.1, whose answers are library code: the solution passes, the attendee's
   copy (solution stripped) is "not answered yet", and wrong answers fail.
 """
 
@@ -30,11 +30,12 @@ from sdaccel.course.exercises import code_cell  # noqa: E402
 from sdaccel.cpu import quantize, quantize_parts  # noqa: E402
 from sdaccel.cpu.export import MODEL_XML, export_pipeline, text_to_image_components  # noqa: E402
 from sdaccel.cpu.pipeline import OVPipeline  # noqa: E402
-from sdaccel.cpu.precision import precision_name  # noqa: E402
+from sdaccel.cpu.precision_timing import precision_name  # noqa: E402
 
 NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
 NB04 = NOTEBOOKS / "04_openvino_export_and_run.ipynb"
 NB05 = NOTEBOOKS / "05_int8_quantization.ipynb"
+NB05B = NOTEBOOKS / "05b_int8_under_constraints.ipynb"
 
 
 def run(code: str, namespace: dict, name: str = "<cell>") -> dict:
@@ -285,13 +286,13 @@ def test_05_exercise_ignored_scope(convert):
 
 
 def test_05_exercise_validation_function(convert):
-    """05.3: a validation function NNCF can call. The check draws through the notebook's
+    """05b's 05b.1: a validation function NNCF can call. The check draws through the notebook's
     ``draw_images``, stood in for here by images that depend on the item (so that an answer that
     mixes items up is caught), and compares with what NNCF expects back."""
     from sdaccel.cpu import quality
 
     _, unet_xml, _ = convert("tiny-sd15")
-    solution, stub, check = exercise(NB05, "05.3")
+    solution, stub, check = exercise(NB05B, "05b.1")
     rng = np.random.default_rng(0)
     reference = [rng.integers(0, 256, (16, 16, 3), dtype=np.uint8) for _ in range(4)]
 
@@ -303,7 +304,7 @@ def test_05_exercise_validation_function(convert):
         return {
             "np": np,
             "quality": quality,
-            "quantized": {},
+            "full_int8_xml": unet_xml,
             "unet_xml": unet_xml,
             "draw_images": draw_images,
             "ac_reference": reference,
@@ -313,7 +314,7 @@ def test_05_exercise_validation_function(convert):
     ns = run(solution, namespace())
     run(check, ns)  # right: no exception
     attendee = run(stub, namespace())
-    with pytest.raises(ex.ExerciseNotDone, match="05.3: not answered yet"):
+    with pytest.raises(ex.ExerciseNotDone, match="05b.1: not answered yet"):
         run(check, attendee)
 
     compiled = quality.compile_f32(unet_xml)
@@ -338,5 +339,5 @@ def test_05_exercise_validation_function(convert):
     }
     for name, answer in wrong.items():
         ns["validate_ssim"] = answer
-        with pytest.raises(ex.ExerciseNotDone, match="05.3: not quite"):
+        with pytest.raises(ex.ExerciseNotDone, match="05b.1: not quite"):
             run(check, ns, name)

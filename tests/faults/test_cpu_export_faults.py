@@ -57,10 +57,10 @@ from sdaccel.cpu import precision
 folder, marker = Path({folder!r}), Path({marker!r})
 if {slow!r}:  # the first chooser: says when it measures, and measures a few seconds
     measure = precision.choose_component
-    def slow(*args):
+    def slow(*args, **kwargs):
         marker.touch()
         time.sleep({slow!r})
-        return measure(*args)
+        return measure(*args, **kwargs)
     precision.choose_component = slow
 if {after_marker!r}:  # the second chooser: start once the first one measures
     while not marker.exists():
@@ -143,7 +143,7 @@ def test_an_export_killed_mid_way_leaves_the_old_folder_and_the_next_call_remove
     # the next call (here one that reuses the export) removes the hidden staging folder and says so
     assert export_pipeline(src, dst, COMPONENTS, progress=False) == dst
     said = capsys.readouterr()
-    assert "nothing to do" in said.out
+    assert said.out == ""  # reused in silence (the digest below: nothing rewritten)
     assert "Removed 1 unfinished file(s) of export left by an interrupted write" in said.err
     assert fault_kit.hidden_leftovers(dst.parent) == []
     assert fault_kit.digest(dst) == before
@@ -171,7 +171,7 @@ def test_a_second_export_of_the_same_folder_waits_and_reuses_the_first(base, tmp
     assert second.returncode == 0, second.stderr[-3000:]
 
     assert "Waiting for another process that is writing export" in second.stderr
-    assert "already holds a complete OpenVINO export of ['text_encoder']; nothing to do" in second.stdout
+    assert second.stdout.startswith("MANIFEST ")  # it reused the first one's export in silence
     # one export, the first one's: the manifest it wrote (with its durations) is the one there
     written = out.split("MANIFEST ", 1)[1].strip()
     assert (dst / MANIFEST).read_text().replace("\n", " ") == written

@@ -116,6 +116,8 @@ CHECKS = {
         ("parity with diffusers within 2/255", lambda r: r["max_abs_diff_vs_torch"] < 2 / 255),
         # the trained shapes checkpoint drew 8/8 held-out prompts right in JAX; one miss allowed
         ("adherence >= 7/8", lambda r: r["adherence"]["score"] >= 7 / 8),
+        # the lowered program: the denoising loop's 20 trips, then the VAE's, one per image
+        ("one while loop of the 20 steps", lambda r: r["loop_trips"] == [20, 8]),
     ],
     "02_sharding_across_cores": [
         ("same images sharded and not", lambda r: r["same_images"] is True),
@@ -127,6 +129,14 @@ CHECKS = {
             "model parallelism holds fewer weight bytes per device",
             lambda r: r["weight_bytes_per_device_model_parallel"] < r["weight_bytes_per_device"],
         ),
+        # the shapes UNet: 8 ResNets (one pair each) and 4 transformer layers (three pairs each)
+        ("a Megatron layout counted", lambda r: r["megatron_all_reduces_per_unet_pass"] == 20),
+        # our rule's layout, one trip of the denoising loop: measured 70 all-reduces, 6 all-gathers,
+        # 8 collective-permutes and 12 all-to-alls
+        (
+            "the naive layout communicates more per UNet pass",
+            lambda r: sum(r["model_axis_collectives_per_unet_pass"].values()) > 20,
+        ),
     ],
     "03_tpu_performance": [
         ("the second process start hit the cache", lambda r: r["cache_hits_second_start"] >= 1),
@@ -134,12 +144,27 @@ CHECKS = {
         ("no utilisation on a CPU", lambda r: r["utilisation"] is None),
         ("FLOPs per image counted", lambda r: r["flops_per_image"] > 0),
         ("a cost per 1000 images", lambda r: r["cost_per_1000_images"] > 0),
+        ("the timing loop's median", lambda r: r["run_s"] > 0 and r["first_run_s"] > 0),
+        # the results file's count: 277.0 TFLOP per image, the blog's 2.33 s is 60% of peak
+        ("the published utilisation", lambda r: round(r["published_utilisation"], 2) == 0.60),
+        (
+            "the SDXL UNet call is above v5e's ridge point",
+            lambda r: r["roofline"]["SDXL UNet call, v5e-4 plan"]["intensity"] > 197e12 / 819e9,
+        ),
     ],
     "04_openvino_export_and_run": [
         ("f32 ran in f32", lambda r: r["precision_f32_ran"] == "f32"),
         ("parity with diffusers within 1e-4", lambda r: r["parity_vs_diffusers"]["max_abs"] < 1e-4),
         ("GenAI within 2/255 of the Python loop", lambda r: r["genai_vs_python_max_abs_255"] <= 2),
         ("static shapes timed", lambda r: r["static_speedup"] > 0),
+        # tests/cpu/test_lesson_04.py: the loop and the reshape written out are what OVPipeline runs
+        ("the loop written out is OVPipeline's", lambda r: r["loop_by_hand_max_abs"] <= 1e-5),
+        ("the reshape by hand is static=...'s", lambda r: r["reshape_by_hand_max_abs"] <= 1e-5),
+        # the committed benchmark's static rows (whole_image_sd15_lcm_static.json): faster, far from 3.5x
+        (
+            "the reference static speed-up read",
+            lambda r: 1 < r["static_speedup_reference"]["min"] <= r["static_speedup_reference"]["max"] < 2,
+        ),
         ("the UNet export has a size", lambda r: r["export_sizes_mb"]["unet"] > 0),
         # 8 held-out prompts on the trained SD 1.5-layout checkpoint: 6/8 measured in f32 and bf16
         # (0.96 on 96 prompts with evaluate_shapes); one more miss allowed for other builds
@@ -166,6 +191,18 @@ CHECKS = {
             "weight-only INT8 loses at most 2/16",
             lambda r: r["adherence"]["int8_weights"]["score"] >= r["adherence"]["f32"]["score"] - 2 / 16,
         ),
+    ],
+    "05b_int8_under_constraints": [
+        (
+            "full INT8 in one piece and in 2 parts",
+            lambda r: r["parts"] == 2 and r["full_int8_one_piece"]["parts"] == 1,
+        ),
+        # a tensor read by quantized layers on both sides of a cut gets a FakeQuantize in each part
+        (
+            "the parts hold more FakeQuantize than one piece",
+            lambda r: r["fake_quantize"]["2 parts"] > r["fake_quantize"]["one piece"],
+        ),
+        ("the parts' images compared with one piece's", lambda r: r["parts_vs_one_piece_psnr"] > 0),
         (
             "every layer group ranked alone in INT8, costliest first",
             lambda r: (
@@ -191,6 +228,47 @@ CHECKS = {
         ),
         ("every time positive", lambda r: all(t > 0 for t in r["s_per_step"].values())),
         ("a speed-up of full INT8", lambda r: r["speedup"]["full_int8"]["vs_torch_fp32"] > 0),
+        # the whole-image table (benchmarks/results/whole_image_sd15.json) opens the results: each
+        # ratio is PyTorch fp32's whole-image seconds over the row's (the torch row: exactly 1)
+        (
+            "the whole-image table leads, against PyTorch fp32 at 20 steps",
+            lambda r: (
+                r["whole_image"]["torch_fp32_20"]["x_torch_fp32"] == 1.0
+                and all(
+                    abs(
+                        row["x_torch_fp32"] * row["image_s"] / r["whole_image"]["torch_fp32_20"]["image_s"]
+                        - 1
+                    )
+                    < 1e-9
+                    for row in r["whole_image"].values()
+                    if row["ok"]
+                )
+            ),
+        ),
+        # the core's two runs kept in benchmarks/results are shown (SD 1.5 at 512, SDXL at 1024), each
+        # with its PyTorch fp32 baseline's spread across the committed runs on the same CPU
+        (
+            "the core's whole-image tables are shown, with the baseline's spread",
+            lambda r: (
+                set(r["whole_image_tables"]) == set(whole_image.CORE_FILES)
+                and r["whole_image"] == r["whole_image_tables"]["whole_image_sd15.json"]
+                and r["baseline_spread"]["whole_image_sd15.json"]["min"][0]
+                <= r["whole_image"]["torch_fp32_20"]["image_s"]
+                <= r["baseline_spread"]["whole_image_sd15.json"]["max"][0]
+            ),
+        ),
+        # full INT8 over bf16 per UNet step in the committed AMX runs: 1.23-1.34x
+        (
+            "full INT8 adds little over bf16 on AMX",
+            lambda r: all(1 < g < 1.5 for g in r["amx_int8_gain"].values()),
+        ),
+        # measured 10-17x for the 4-step LCM-LoRA rows on the reference CPU
+        (
+            "a whole-image configuration beats PyTorch fp32 by over 5x",
+            lambda r: max(row["x_torch_fp32"] or 0 for row in r["whole_image"].values()) > 5,
+        ),
+    ],
+    "06b_cpu_stacks_and_quality": [
         # DeepCache on the trained SD 1.5-layout checkpoint, 12 prompts: every 2nd step full
         # measured as good as no cache (11/12), and fewer full-UNet calls as the interval grows
         (
@@ -220,36 +298,10 @@ CHECKS = {
                 )
             ),
         ),
-        # the whole-image table (benchmarks/results/whole_image_sd15.json) opens the results: each
-        # ratio is PyTorch fp32's whole-image seconds over the row's (the torch row: exactly 1)
+        # the appendix's three runs kept in benchmarks/results: the stack, the ResNets recipe, the layer cut
         (
-            "the whole-image table leads, against PyTorch fp32 at 20 steps",
-            lambda r: (
-                r["whole_image"]["torch_fp32_20"]["x_torch_fp32"] == 1.0
-                and all(
-                    abs(
-                        row["x_torch_fp32"] * row["image_s"] / r["whole_image"]["torch_fp32_20"]["image_s"]
-                        - 1
-                    )
-                    < 1e-9
-                    for row in r["whole_image"].values()
-                    if row["ok"]
-                )
-            ),
-        ),
-        # every reference run kept in benchmarks/results is shown (SD 1.5 at 512, SDXL at 1024)
-        (
-            "the kept whole-image tables are all shown",
-            lambda r: (
-                set(r["whole_image_tables"])
-                == {p.name for p in whole_image.reference_files(ROOT / "benchmarks" / "results")}
-                and r["whole_image"] == r["whole_image_tables"]["whole_image_sd15.json"]
-            ),
-        ),
-        # measured 10-17x for the 4-step LCM-LoRA rows on the reference CPU
-        (
-            "a whole-image configuration beats PyTorch fp32 by over 5x",
-            lambda r: max(row["x_torch_fp32"] or 0 for row in r["whole_image"].values()) > 5,
+            "the appendix's whole-image tables are shown",
+            lambda r: set(r["whole_image_tables"]) == set(whole_image.APPENDIX_FILES),
         ),
     ],
     "07_fewer_steps": [
@@ -300,22 +352,30 @@ CHECKS = {
                 {row["sampler"] for row in r["adherence_vs_steps"]} == {"base", "lcm", "lcm_no_adapter"}
             ),
         ),
-        # the LCM sampler without the adapter, same guidance (1), 16 prompts, OpenVINO f32: measured
-        # 7/16 at 1 step against the adapter's 10/16 (39 and 51 of 96 prompts); from 2 steps on the toy
-        # it draws as well without it (15/16 and 16/16 at 2 and 4 steps, the adapter 13/16 and 15/16)
+        # the LCM sampler without the adapter, same guidance (1), 32 prompts, seed 42, OpenVINO f32:
+        # measured 11/32 at 1 step against the adapter's 17/32 (on 4 x 64 prompts of other seeds, JAX:
+        # 46% against 62%); from 2 steps the tiny trained model draws as well without it (29/32 and
+        # 31/32 at 2 and 4 steps, the adapter 29/32 and 30/32), within 0.7 dB of PSNR at every step
         (
-            "at 1 step the adapter draws at least 2/16 more than the LCM sampler without it",
-            lambda r: r["adapter_adds"]["1"] >= 2 / 16,
+            "at 1 step the adapter draws at least 3/32 more than the LCM sampler without it",
+            lambda r: r["adapter_adds"]["1"] >= 3 / 32,
         ),
-        # 16 held-out prompts, OpenVINO f32: measured 15/16 for the LCM-LoRA at 4 steps, 16/16 for
-        # the base at 20 and 1/16 for the base at 4; one more miss allowed for other builds
         (
-            "LCM-LoRA at 4 steps within 2/16 of the base at 20, far above the base at 4",
+            "PSNR against the base's images for every row but the base at its 20 steps",
+            lambda r: all(
+                (row["psnr_mean"] is None) == (row["sampler"] == "base" and row["steps"] == 20)
+                for row in r["adherence_vs_steps"]
+            ),
+        ),
+        # 32 held-out prompts, OpenVINO f32: measured 30/32 for the LCM-LoRA at 4 steps, 32/32 for
+        # the base at 20 and 6/32 for the base at 4; one more miss allowed for other builds
+        (
+            "LCM-LoRA at 4 steps within 3/32 of the base at 20, far above the base at 4",
             lambda r: (
                 (s := {(row["sampler"], row["steps"]): row["score"] for row in r["adherence_vs_steps"]})[
                     ("lcm", 4)
                 ]
-                >= s[("base", 20)] - 2 / 16
+                >= s[("base", 20)] - 3 / 32
                 and s[("lcm", 4)] >= s[("base", 4)] + 0.5
             ),
         ),

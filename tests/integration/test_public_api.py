@@ -118,7 +118,9 @@ def test_the_table_knows_every_module_of_the_room(room):
     assert listed <= modules
 
 
-@pytest.mark.parametrize("notebook", sorted((REPO / "notebooks").glob("*.ipynb")), ids=lambda p: p.stem[:2])
+@pytest.mark.parametrize(
+    "notebook", sorted((REPO / "notebooks").glob("*.ipynb")), ids=lambda p: p.stem.split("_")[0]
+)
 def test_notebooks_use_only_public_names(notebook):
     uses = notebook_uses(notebook_code(notebook))
     assert uses, "the notebook uses nothing from sdaccel: the parser is broken"

@@ -27,7 +27,7 @@ import pytest
 from flax import nnx
 
 from sdaccel.core.checkpoint import resolve_lora
-from sdaccel.core.lora_files import LoraLayer, read_lora
+from sdaccel.core.lora_files import LoraAdapter, LoraLayer, read_lora
 from sdaccel.course import exercises as ex
 from sdaccel.course import few_steps
 from sdaccel.tpu import fuse_layer, guidance_scale_embedding, lora, platform_compiler_options
@@ -65,6 +65,7 @@ def part3():
     """The namespace of notebook 07's Part 3 after its lesson cells ran as written on the toy
     (the timing and plotting cells between them left out)."""
     namespace = {
+        "Path": Path,
         "inspect": inspect,
         "jax": jax,
         "jnp": jnp,
@@ -81,7 +82,7 @@ def part3():
         "pipe": toy_pipeline(),
         "JAX_LORA": str(TOY_LORA),
         "JAX_DTYPE": "float32",
-        "JAX_COMPARE_STEPS": 4,
+        "LCM_STEPS": 4,
         "LCM_GUIDANCE_SCALE": 1.0,
         "PROMPTS": PROMPTS,
         "SEED": 42,
@@ -226,3 +227,38 @@ def test_exercise_07_3_one_lcm_step(part3):
         with pytest.raises(ex.ExerciseNotDone, match="not quite"):
             run(dict(part3), stub, as_lcm_step(wrong), check)
             pytest.fail(f"a wrong answer passed: {why}")
+
+
+# ----------------------------------------------------------------------------------------------
+# Exercise 07.2: a second LoRA at half weight, on the tiny trained model's JAX pipeline
+# ----------------------------------------------------------------------------------------------
+
+
+def test_exercise_07_2_second_lora_on_the_jax_pipeline(part3):
+    """The solution fuses one layer of the LCM-LoRA at 0.5 into a pipeline without an adapter (as
+    the notebook's is after unfusing), draws with it and unfuses: the check passes, the images are
+    not the base's, and the weights are back; a weight of 1.0 fails. tests/course/test_exercise_07_lora.py
+    lists the other wrong answers."""
+    solution, _, check = ex.exercise_cells(NOTEBOOK, "07.2")
+    pipe = toy_pipeline()
+    lcm_call = dict(steps=4, guidance_scale=1.0, seed=42, height=SIZE, width=SIZE)
+    base = pipe.generate(PROMPTS, **lcm_call).images
+    kernel = np.asarray(part3["to_q_kernel"](pipe))
+    namespace = {**part3, "LoraAdapter": LoraAdapter, "pipe": pipe, "lcm_call": lcm_call}
+    (second,) = [
+        line for line in lesson_cell("removed = pipe.unfuse_lora()").splitlines() if "second_lora =" in line
+    ]
+    run(namespace, second, solution, check)
+    images = namespace["with_second_lora"](pipe, namespace["second_lora"])
+    assert any(not np.array_equal(np.asarray(a), np.asarray(b)) for a, b in zip(images, base, strict=True))
+    np.testing.assert_allclose(np.asarray(part3["to_q_kernel"](pipe)), kernel, rtol=1e-6, atol=1e-7)
+
+    def at_full_weight(pipe, lora):
+        pipe.fuse_lora([(lora, 1.0)])
+        drawn = pipe.generate(PROMPTS, **lcm_call).images
+        pipe.unfuse_lora()
+        return drawn
+
+    namespace["with_second_lora"] = at_full_weight
+    with pytest.raises(ex.ExerciseNotDone, match="not quite"):
+        run(namespace, check)

@@ -1,4 +1,6 @@
-"""What is installed and what hardware this is: the facts notebook 00 prints.
+"""What is installed and what hardware this is: the facts notebook 00 prints, and whether a TPU
+is here at all (:func:`tpu_present`), so that JAX does not look for one where there is none
+(:func:`quiet_jax_without_tpu`).
 
 The CPU is read from one source, :func:`cpu_source`, so that its name (:func:`cpu_model`) and its
 instruction sets (:func:`cpu_features`) can never disagree:
@@ -20,11 +22,14 @@ can give it another machine's.
 
 from __future__ import annotations
 
+import glob
 import os
 import platform
 import subprocess
+import sys
 from collections.abc import Callable
 from importlib import metadata
+from importlib.util import find_spec
 
 import psutil
 
@@ -325,3 +330,56 @@ def summary() -> dict:
         "cores": os.cpu_count(),
         "memory_gib": round(psutil.virtual_memory().total / 2**30, 1),
     }
+
+
+#: The device files of a TPU VM's chips: ``/dev/accel<n>`` (v2-v4), ``/dev/vfio/<n>`` (v5e, v6e).
+TPU_DEVICE_GLOBS = ("/dev/accel*", "/dev/vfio/[0-9]*")
+
+#: Variables that tell libtpu where its TPU is, set by GKE and multi-host launchers (and by
+#: :data:`sdaccel.tpu.topology.OFF_CLOUD_ENV` to compile for TPU off one): where one is set, JAX
+#: is left to find its TPU as it would.
+TPU_VARIABLES = (
+    "TPU_NAME",
+    "TPU_WORKER_ID",
+    "TPU_WORKER_HOSTNAMES",
+    "TPU_ACCELERATOR_TYPE",
+    "TPU_HOST_BOUNDS",
+    "TPU_CHIPS_PER_HOST_BOUNDS",
+    "TPU_PROCESS_BOUNDS",
+)
+
+
+def tpu_present(environ=None, device_globs: tuple[str, ...] = TPU_DEVICE_GLOBS) -> bool:
+    """Whether this machine has TPU chips (their device files) or is told about a TPU
+    (:data:`TPU_VARIABLES`)."""
+    environ = os.environ if environ is None else environ
+    if any(environ.get(name) for name in TPU_VARIABLES):
+        return True
+    return any(glob.glob(pattern) for pattern in device_globs)
+
+
+def quiet_jax_without_tpu(environ=None, device_globs: tuple[str, ...] = TPU_DEVICE_GLOBS) -> bool:
+    """Keep JAX on the CPU where libtpu is installed but no TPU is here: ``JAX_PLATFORMS=cpu``.
+
+    ``requirements-cpu.txt`` installs libtpu for the TPU-plan cells (they compile for TPU without
+    one, :func:`sdaccel.tpu.topology.tpu_devices`, which works with JAX on the CPU). Without a TPU,
+    JAX's first call would still load libtpu to look for chips, and libtpu prints its probe's
+    errors on standard error ("could not determine TPU accelerator type", "unexpected worker
+    hostname"). The profile cell of every notebook calls this before JAX starts
+    (:func:`sdaccel.course.notebook.quiet`).
+
+    It changes nothing where ``JAX_PLATFORMS`` is set (the smoke and rehearsal kernels, a reader's
+    own choice), where libtpu is not installed (no probe), where a TPU is present
+    (:func:`tpu_present`), or where a JAX plugin (a GPU's) is installed. Where JAX is imported
+    already, it sets JAX's configuration too; a backend already started stays as it is. Returns
+    whether it kept JAX on the CPU."""
+    environ = os.environ if environ is None else environ
+    if "JAX_PLATFORMS" in environ or find_spec("libtpu") is None or tpu_present(environ, device_globs):
+        return False
+    if metadata.entry_points(group="jax_plugins") or find_spec("jax_plugins") is not None:
+        return False
+    environ["JAX_PLATFORMS"] = "cpu"
+    jax = sys.modules.get("jax")
+    if jax is not None and environ is os.environ:
+        jax.config.update("jax_platforms", "cpu")
+    return True

@@ -18,8 +18,16 @@ one's module; a module is reached as a module too (``from sdaccel.course import 
   repository's ``benchmarks/`` (notebook 06 runs them).
 - :func:`~sdaccel.course.exercises.check` (:mod:`~sdaccel.course.exercises`): checks an exercise's answer;
   :class:`~sdaccel.course.exercises.ExerciseNotDone` is what it raises for a missing or wrong one;
-  :func:`~sdaccel.course.exercises.right_f16` and :func:`~sdaccel.course.exercises.right_lcm_step` are
-  the checks of exercises 04.3 and 07.3, which compile or run the learner's answer;
+  :func:`~sdaccel.course.exercises.right_f16`, :func:`~sdaccel.course.exercises.right_second_lora` and
+  :func:`~sdaccel.course.exercises.right_lcm_step` are the checks of exercises 04.3, 07.2 and 07.3, which
+  compile or run the learner's answer, and
+  :func:`~sdaccel.course.exercises.right_unet_timing` exercise 06.2's, which times the learner's UNet, and
+  :func:`~sdaccel.course.exercises.right_fastest_stack` the appendix 06b's 06b.1;
+  :func:`~sdaccel.course.exercises.right_timing_loop` exercise 03.1's, which times stand-ins with the
+  learner's loop, and :func:`~sdaccel.course.exercises.right_static_unet` exercise 04.2's, which reads
+  the learner's compiled static UNet;
+  :func:`~sdaccel.course.exercises.right_device_noise` is exercise 02.1's, which draws the learner's
+  ``fold_in`` noise;
   :func:`~sdaccel.course.exercises.same` is its comparison (numbers within a tolerance, sequences
   item by item), for a check that tests an answer of its own (``check(..., test=...)``).
 - :func:`~sdaccel.course.colab.install` (:mod:`~sdaccel.course.colab`): what the first code cell,
@@ -53,7 +61,16 @@ one's module; a module is reached as a module too (``from sdaccel.course import 
   :func:`~sdaccel.course.whole_image.model_name`, :func:`~sdaccel.course.whole_image.markdown_table`
   (how the notebook reads a table out); the benchmark's rows are :data:`~sdaccel.course.whole_image_rows.ROWS`, a recipe's
   key :func:`~sdaccel.course.whole_image_rows.recipe_key`.
-- :mod:`~sdaccel.course.stack_report` (notebook 06): :func:`~sdaccel.course.stack_report.join`,
+- :mod:`~sdaccel.course.cpu_benchmark` (notebook 06's steps, one call each):
+  :func:`~sdaccel.course.cpu_benchmark.benchmark_command` and :func:`~sdaccel.course.cpu_benchmark.run_benchmark`
+  (the per-step benchmark, run quietly), :func:`~sdaccel.course.cpu_benchmark.step_table`,
+  :func:`~sdaccel.course.cpu_benchmark.claimed_and_measured` and :func:`~sdaccel.course.cpu_benchmark.amx_int8_gain`
+  (the Intel post beside the committed runs), :func:`~sdaccel.course.cpu_benchmark.baseline_spread` and
+  :func:`~sdaccel.course.cpu_benchmark.spread_sentence` (PyTorch fp32 across the committed runs),
+  :func:`~sdaccel.course.cpu_benchmark.price_report` (images per dollar, one table per job); the
+  whole-image files of notebook 06 and of its appendix 06b: :data:`~sdaccel.course.whole_image.CORE_FILES`,
+  :data:`~sdaccel.course.whole_image.APPENDIX_FILES`.
+- :mod:`~sdaccel.course.stack_report` (notebook 06b): :func:`~sdaccel.course.stack_report.join`,
   :func:`~sdaccel.course.stack_report.fastest`, :func:`~sdaccel.course.stack_report.markdown`: each
   stack of levers with its adherence on the trained toy beside its seconds per step on a real UNet;
   :func:`~sdaccel.course.stack_report.join_runs`: several chains of levers in one table;
@@ -63,7 +80,9 @@ one's module; a module is reached as a module too (``from sdaccel.course import 
   :func:`~sdaccel.course.few_steps.lever_costs`, :func:`~sdaccel.course.few_steps.format_costs`,
   :func:`~sdaccel.course.few_steps.decoder_cost`, :func:`~sdaccel.course.few_steps.faster`;
   :func:`~sdaccel.course.few_steps.parameters`, :func:`~sdaccel.course.few_steps.shapes_toy`,
-  :func:`~sdaccel.course.few_steps.use_scheduler` (the pipelines it times).
+  :func:`~sdaccel.course.few_steps.use_scheduler` (the pipelines it times);
+  :func:`~sdaccel.course.few_steps.adapter_rows`, :func:`~sdaccel.course.few_steps.adapter_gain`,
+  :func:`~sdaccel.course.few_steps.format_adapter_gain` (what the LCM-LoRA adds to the LCM sampler).
 
 ## The demo of notebook 07
 
@@ -89,6 +108,12 @@ PUBLIC_NAMES = {
     "same": "exercises",
     "right_f16": "exercises",
     "right_lcm_step": "exercises",
+    "right_device_noise": "exercises",
+    "right_timing_loop": "exercises",
+    "right_static_unet": "exercises",
+    "right_second_lora": "exercises",
+    "right_unet_timing": "exercises",
+    "right_fastest_stack": "exercises",
     "install": "colab",
     "SETUP_CELL": "notebook",
     # Running the notebooks
@@ -115,6 +140,16 @@ PUBLIC_NAMES = {
     "describe": "whole_image",
     "model_name": "whole_image",
     "markdown_table": "whole_image",
+    "CORE_FILES": "whole_image",
+    "APPENDIX_FILES": "whole_image",
+    "benchmark_command": "cpu_benchmark",
+    "run_benchmark": "cpu_benchmark",
+    "step_table": "cpu_benchmark",
+    "claimed_and_measured": "cpu_benchmark",
+    "amx_int8_gain": "cpu_benchmark",
+    "baseline_spread": "cpu_benchmark",
+    "spread_sentence": "cpu_benchmark",
+    "price_report": "cpu_benchmark",
     "ROWS": "whole_image_rows",
     "recipe_key": "whole_image_rows",
     "join": "stack_report",
@@ -132,6 +167,9 @@ PUBLIC_NAMES = {
     "parameters": "few_steps",
     "shapes_toy": "few_steps",
     "use_scheduler": "few_steps",
+    "adapter_rows": "few_steps",
+    "adapter_gain": "few_steps",
+    "format_adapter_gain": "few_steps",
     # The demo of notebook 07
     "Demo": "demo",
     "settings_for": "demo",
@@ -144,6 +182,7 @@ PUBLIC_NAMES = {
 #: The room's modules, each reached as a module too (``from sdaccel.course import whole_image``).
 MODULES = (
     "colab",
+    "cpu_benchmark",
     "demo",
     "exercises",
     "few_steps",

@@ -83,13 +83,9 @@ PARAMETERS = {
     "CPU_MODEL_ID": "model",
     "CPU_LORA": "lora",
     "FAST_VAE": "tiny_vae",
-    "CPU_HEIGHT": "height",
-    "CPU_WIDTH": "width",
     "PRECISION": "precision",
-    "CPU_BASE_STEPS": "base_steps",
-    "CPU_LCM_STEPS": "lcm_steps",
-    "CPU_GUIDANCE_SCALE": "guidance_scale",
-    "LCM_GUIDANCE_SCALE": "lcm_guidance_scale",
+    "BASE_STEPS": "base_steps",
+    "LCM_STEPS": "lcm_steps",
     "SEED": "seed",
 }
 
@@ -259,7 +255,7 @@ class Demo:
         if not s.toy:
             return f"{Path(str(s.model)).name} with {Path(str(s.lora)).name}, on the CPU with OpenVINO."
         text = (
-            f"This is a toy model ({Path(str(s.model)).name}): a tiny UNet trained on coloured shapes, "
+            f"This is the tiny trained model ({Path(str(s.model)).name}): a small UNet trained on coloured shapes, "
             "which draws small pictures of a shape on a background, not photographs. Try prompts such as "
             "“a red circle on a blue background, top left”. Its timings show the method, not what "
             "Stable Diffusion gains."

@@ -28,18 +28,20 @@ import math
 import re
 import shutil
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from sdaccel.cpu.precision import precision_name
+from sdaccel.cpu.export import reshape_static
+from sdaccel.cpu.precision_timing import precision_name
 
 BEGIN, END = "# BEGIN SOLUTION", "# END SOLUTION"
 PLACEHOLDER = "# your code here"
 TAGS = ("exercise", "solution", "check")
-_ID = re.compile(r"""check\(\s*["'](\d\d\.\d+)["']""")
+_ID = re.compile(r"""check\(\s*["'](\d\d[a-z]?\.\d+)["']""")
 _MISSING = object()
 
 
@@ -169,6 +171,246 @@ def right_lcm_step(lcm_step, reference, state, sample, eps, noise) -> bool:
     return True
 
 
+class LoraCalls:
+    """A pipeline as exercise 07.2's function sees it: each ``fuse_lora``, ``generate`` and
+    ``unfuse_lora`` call goes to ``pipe`` and is recorded in ``calls``, in order."""
+
+    def __init__(self, pipe):
+        self._pipe, self.calls = pipe, []
+
+    def fuse_lora(self, adapters):
+        self.calls.append(("fuse_lora", list(adapters)))
+        return self._pipe.fuse_lora(adapters)
+
+    def generate(self, *args, **kwargs):
+        result = self._pipe.generate(*args, **kwargs)
+        self.calls.append(("generate", result))
+        return result
+
+    def unfuse_lora(self):
+        removed = self._pipe.unfuse_lora()
+        self.calls.append(("unfuse_lora", removed))
+        return removed
+
+    def __getattr__(self, name):
+        return getattr(self._pipe, name)
+
+
+def right_second_lora(with_second_lora, pipe, lora, weight: float = 0.5) -> bool:
+    """Exercise 07.2: ``with_second_lora(pipe, lora)`` fuses ``lora`` (and nothing else) at ``weight``,
+    generates once with it fused, unfuses it once, and returns that call's images. It runs on
+    ``pipe`` through :class:`LoraCalls`; whatever it leaves fused is unfused again afterwards, so the
+    notebook goes on with the base weights."""
+
+    calls = LoraCalls(pipe)
+    try:
+        images = with_second_lora(calls, lora)
+    except Exception:  # a function that fails is not the answer
+        images = None
+    kinds = [kind for kind, _ in calls.calls]
+    if kinds.count("fuse_lora") > kinds.count("unfuse_lora"):  # left fused: the base weights back
+        pipe.unfuse_lora()
+    if kinds != ["fuse_lora", "generate", "unfuse_lora"]:  # never unfused, unfused twice, out of order
+        return False
+    (fused,) = [a for kind, a in calls.calls if kind == "fuse_lora"]
+    generated = calls.calls[1][1]
+    if len(fused) != 1 or not (isinstance(fused[0], tuple | list) and len(fused[0]) == 2):
+        return False
+    adapter, scale = fused[0]
+    right_adapter = adapter is lora or (isinstance(adapter, str | Path) and str(adapter) == str(lora))
+    return (
+        right_adapter and same(scale, weight) and calls.calls[2][1] == 1 and _same_images(images, generated)
+    )
+
+
+def _same_images(images, generated) -> bool:
+    """Whether ``images`` are the images of the pipeline result ``generated``."""
+    if images is generated.images:
+        return True
+    try:
+        return same([np.asarray(i) for i in images], [np.asarray(i) for i in generated.images])
+    except TypeError:  # not a list of images
+        return False
+
+
+class _Pending:
+    """A result still being computed, as a ``jax.Array`` is when a call returns: ready at ``ready_at``
+    (``time.perf_counter``); ``block_until_ready()`` waits until then and records that it was called."""
+
+    def __init__(self, ready_at: float, waited: list):
+        self.ready_at, self.waited = ready_at, waited
+
+    def block_until_ready(self):
+        time.sleep(max(0.0, self.ready_at - time.perf_counter()))
+        self.waited.append(self)
+        return self
+
+
+class _StandIn:
+    """A fresh ``jax.jit`` on a device that runs one call at a time: the first call compiles
+    (``compile_s``, before it returns); every call returns at once, its result ready ``run_s[i]``
+    seconds after the device is free (``run_s[0]``: the first call's own run)."""
+
+    def __init__(self, compile_s: float, run_s: list[float]):
+        self.compile_s, self.run_s = compile_s, run_s
+        self.calls, self.args, self.waited, self.free_at = 0, [], [], 0.0
+
+    def __call__(self, *args):
+        if self.calls == 0:
+            time.sleep(self.compile_s)
+        start = max(time.perf_counter(), self.free_at)
+        self.free_at = start + self.run_s[min(self.calls, len(self.run_s) - 1)]
+        self.calls += 1
+        self.args.append(args)
+        return _Pending(self.free_at, self.waited)
+
+
+#: Exercise 03.1's cases: (repeats, compile_s, run_s of each call, the first one's included). The
+#: first timed call of the second is slow (another process, a page fault): only a median ignores it.
+#: With one repeat, a median that also holds the first call is half the compile.
+TIMING_CASES = ((1, 0.5, [0.05, 0.05]), (5, 0.5, [0.05, 0.4, 0.05, 0.05, 0.05, 0.05]))
+
+
+def right_timing_loop(steady_s, tolerance_s: float = 0.02) -> bool:
+    """Exercise 03.1: ``steady_s(fn, *args, repeats=n)`` calls ``fn(*args)`` once untimed, then ``n``
+    timed times, waits for every result (``jax.block_until_ready``) and returns the median of the
+    timed calls' seconds. Tried on :class:`_StandIn` functions (:data:`TIMING_CASES`): a loop that
+    does not wait returns about 0; one that times the compile, averages, or times one call returns a
+    slow call's time; one that leaves the first result unwaited times its run in the next call."""
+    for repeats, compile_s, run_s in TIMING_CASES:
+        fn, token = _StandIn(compile_s, run_s), object()
+        try:
+            answer = float(steady_s(fn, token, repeats=repeats))
+        except Exception:  # not a function of (fn, *args, repeats=...) returning seconds
+            return False
+        expected = sorted(run_s[1 : repeats + 1])[repeats // 2]  # the median (odd repeats: the middle one)
+        if (
+            fn.calls != repeats + 1
+            or len(fn.waited) != fn.calls
+            or any(args != (token,) for args in fn.args)
+            or abs(answer - expected) > tolerance_s
+        ):
+            return False
+    return True
+
+
+def right_static_unet(answer, xml, batch: int, height: int, width: int, vae_scale_factor: int) -> bool:
+    """Exercise 04.2: ``answer`` is the UNet at ``xml`` reshaped to static shapes for ``batch`` images
+    of ``height`` x ``width`` with guidance, then compiled: every input static and named as the
+    export's, the batch doubled (negative and positive halves), the latents ``height /
+    vae_scale_factor`` x ``width / vae_scale_factor``, 77 tokens; the shapes that
+    :func:`sdaccel.cpu.export.reshape_static` gives, which ``OVPipeline(static=...)`` compiles."""
+    import openvino as ov
+
+    if not isinstance(answer, ov.CompiledModel):  # a model reshaped but not compiled, a dict of shapes
+        return False
+    expected = reshape_static(
+        ov.Core().read_model(xml), batch, height, width, guidance=True, vae_scale_factor=vae_scale_factor
+    )
+
+    def ports(model):
+        inputs = {p.get_any_name(): str(p.get_partial_shape()) for p in model.inputs}
+        return inputs, [p.get_any_name() for p in model.outputs]
+
+    return ports(answer) == ports(expected) and all(p.get_partial_shape().is_static for p in answer.inputs)
+
+
+#: Exercise 02.1's cases: (seed, device, images per device). Devices past the first with several
+#: images each, so that drawing from the device's index, or from the image's index on its device,
+#: gives other noise than the image's index in the global batch.
+NOISE_CASES = ((0, 0, 2), (0, 3, 2), (7, 1, 3), (5, 2, 1))
+
+
+def right_device_noise(device_noise, shape: tuple[int, ...]) -> bool:
+    """Exercise 02.1: ``device_noise(seed, device, per_device)`` is the starting noise of images
+    ``device * per_device`` to ``(device + 1) * per_device - 1`` of the global batch, each drawn from
+    ``fold_in(key(seed), k)`` as :func:`sdaccel.tpu.pipeline.initial_noise` draws it, for every case of
+    :data:`NOISE_CASES` (latents of ``shape``)."""
+    import jax.numpy as jnp
+
+    from sdaccel.tpu.pipeline import initial_noise
+
+    for seed, device, per_device in NOISE_CASES:
+        expected = initial_noise(seed, jnp.arange(device * per_device, (device + 1) * per_device), shape)
+        try:
+            answer = device_noise(seed, device, per_device)
+        except Exception:  # not a function of (seed, device, per_device)
+            return False
+        if not same(answer, expected, rtol=0, atol=1e-6):
+            return False
+    return True
+
+
+def right_unet_timing(answer, sample: dict) -> bool:
+    """Exercise 06.2: ``(compiled, times, median_s)``: a UNet compiled for ``sample``'s static shapes,
+    running in f32 with the latency hint, and the median of at least 3 timed calls, within a factor
+    of 20 of 3 calls timed here (timings are noisy)."""
+    import openvino as ov
+
+    try:
+        compiled, times, median_s = answer
+        times, median_s = [float(t) for t in times], float(median_s)
+    except (TypeError, ValueError):  # not (compiled, times, median_s)
+        return False
+    if not isinstance(compiled, ov.CompiledModel):
+        return False
+    if precision_name(compiled.get_property("INFERENCE_PRECISION_HINT")) != "f32":
+        return False  # the property is what runs: without the hint, bf16 where the CPU has it
+    if not str(compiled.get_property("PERFORMANCE_HINT")).endswith("LATENCY"):  # "LATENCY"
+        return False
+    shapes = {port.get_any_name(): port.get_partial_shape() for port in compiled.inputs}
+    if set(shapes) != set(sample) or not all(
+        shape.is_static and list(shape.to_shape()) == list(sample[name].shape)
+        for name, shape in shapes.items()
+    ):
+        return False  # not reshaped to the sample's shapes
+    if len(times) < 3 or not all(0 < t < math.inf for t in times):
+        return False
+    if not math.isclose(median_s, float(np.median(times)), rel_tol=1e-6):
+        return False  # the median, not the mean or the minimum
+    request = compiled.create_infer_request()
+    here = []
+    for _ in range(3):
+        tick = time.perf_counter()
+        request.infer(sample)
+        here.append(time.perf_counter() - tick)
+    return min(here) / 20 <= median_s <= max(here) * 20
+
+
+#: Stacks on which exercise 06b's 06.1 is checked beside the notebook's own: the fastest overall is
+#: outside a small bound, the most adherent was not timed, wall and CPU seconds rank "b" and "d"
+#: differently, and every ``within`` flag says yes (it was set for one bound only).
+STACK_CASES = {
+    "f32": {"adherence": 0.90, "cpu_s_per_step": 2.0, "s_per_step": 1.0, "within": True},
+    "a": {"adherence": 0.95, "cpu_s_per_step": None, "s_per_step": None, "within": True},
+    "b": {"adherence": 0.89, "cpu_s_per_step": 1.5, "s_per_step": 0.5, "within": True},
+    "c": {"adherence": 0.70, "cpu_s_per_step": 0.5, "s_per_step": 0.3, "within": True},
+    "d": {"adherence": 0.885, "cpu_s_per_step": 1.2, "s_per_step": 0.9, "within": True},
+}
+
+
+def fastest_within(rows: dict, bound: float) -> str | None:
+    """The name of the stack with the fewest CPU seconds per UNet step among the timed ones whose
+    adherence is at least f32's minus ``bound`` (``None`` when none is)."""
+    floor = rows["f32"]["adherence"] - bound
+    timed = [n for n, r in rows.items() if r["adherence"] >= floor and r["cpu_s_per_step"] is not None]
+    return min(timed, key=lambda n: rows[n]["cpu_s_per_step"], default=None)
+
+
+def right_fastest_stack(pick, rows: dict) -> bool:
+    """Exercise 06.1 of the appendix 06b: ``pick(rows, bound)`` names :func:`fastest_within`'s stack
+    for the notebook's ``rows`` and for :data:`STACK_CASES`, at bounds from 0 to 1."""
+    for case in (rows, STACK_CASES):
+        for bound in (0.0, 0.01, 0.02, 0.05, 0.2, 1.0):
+            try:
+                answer = pick(copy.deepcopy(case), bound)
+            except Exception:  # not a function of (rows, bound)
+                return False
+            if not isinstance(answer, str | None) or answer != fastest_within(case, bound):
+                return False
+    return True
+
+
 # ----------------------------------------------------------------------------------------------
 # The exercise cells of a notebook
 # ----------------------------------------------------------------------------------------------
@@ -240,7 +482,7 @@ def exercises(nb: dict, name: str = "notebook") -> list[Exercise]:
     for i, cell in enumerate(cells):
         if "exercise" not in tags(cell) or "solution" in tags(cell) or "check" in tags(cell):
             continue
-        if not re.search(r"Exercise \d\d\.\d+", source(cell)):
+        if not re.search(r"Exercise \d\d[a-z]?\.\d+", source(cell)):
             continue  # the section's introduction
         if i + 2 >= len(cells) or "solution" not in tags(cells[i + 1]) or "check" not in tags(cells[i + 2]):
             raise ExerciseFormatError(f"{name} cell {i}: an exercise needs a 'solution' then a 'check' cell")
@@ -284,7 +526,7 @@ def strip(src: Path, dest: Path) -> list[Path]:
     import nbformat
 
     src, dest = Path(src), Path(dest)
-    notebooks = sorted(src.glob("[0-9][0-9]_*.ipynb")) if src.is_dir() else [src]
+    notebooks = sorted(src.glob("[0-9][0-9]*_*.ipynb")) if src.is_dir() else [src]
     if not notebooks:
         raise ExerciseFormatError(f"No notebooks (NN_name.ipynb) in {src}.")
     folder = src if src.is_dir() else src.parent
@@ -348,7 +590,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             import nbformat
 
-            paths = sorted(args.src.glob("[0-9][0-9]_*.ipynb")) if args.src.is_dir() else [args.src]
+            paths = sorted(args.src.glob("[0-9][0-9]*_*.ipynb")) if args.src.is_dir() else [args.src]
             for path in paths:
                 nb = nbformat.read(path, as_version=4)
                 found = exercises(nb, path.name)

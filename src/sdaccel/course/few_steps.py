@@ -2,7 +2,7 @@
 
 The notebook times whole images (text encoding, every denoising step, the decode) for a base
 model at its usual number of steps and for the same model with an LCM-LoRA fused at a few steps,
-then adds the tiny autoencoder and an INT8 UNet one lever at a time. This module holds what its
+then adds the tiny autoencoder and an INT8 UNet one at a time. This module holds what its
 cells share and what the tests check:
 
 - :func:`time_images`: compile (or warm up) once, then the median of a few timed calls (the calls
@@ -17,6 +17,9 @@ cells share and what the tests check:
 - :func:`faster`: a ratio as words ("3.1x faster", "1.2x slower"), so the text follows the numbers;
 - :func:`parameters`: the size of a model or of a VAE's decoder (when TAESD can pay), from its files;
 - :func:`use_scheduler`: switch a JAX pipeline's sampler (LCM for a fused LCM-LoRA, and back);
+- :func:`adapter_rows` / :func:`adapter_gain` / :func:`format_adapter_gain`: what the LCM-LoRA adds
+  to the LCM sampler on a trained shapes checkpoint, at each number of steps: adherence, and PSNR
+  against the base sampler's images at its usual number of steps, with the adapter and without it;
 - :func:`random_tiny_vae`: a random-weight tiny autoencoder that fits a checkpoint's latents (a
   stand-in for TAESD where there is no trained one: it times like one, and draws noise; the smoke
   profile runs the toy's own, ``checkpoints/tiny-shapes-sdxl-taesd``, distilled by
@@ -31,12 +34,15 @@ import statistics
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cache, partial
 from pathlib import Path
 
 from sdaccel.core.checkpoint import open_weights, read_config, read_json, resolve_checkpoint
 from sdaccel.course.whole_image import time_calls
 from sdaccel.cpu import quality
+from sdaccel.toy import adherence_steps as sweeps
 from sdaccel.toy import dataset
+from sdaccel.toy.runner import score
 
 
 @dataclass
@@ -217,6 +223,78 @@ def use_scheduler(pipe, kind: str | None) -> None:
     scheduler = schedulers.from_config(read_config(pipe.folder, "scheduler"), kind=kind)
     pipe.scheduler = scheduler
     pipe.set_jit_options()
+
+
+def adapter_rows(
+    checkpoint: str | os.PathLike,
+    lora: str | os.PathLike,
+    steps: Sequence[int],
+    prompts: int,
+    seed: int,
+    work_dir: str | os.PathLike,
+    exports: Mapping[str, str | os.PathLike] | None = None,
+    base_steps: int = 20,
+) -> list[dict]:
+    """The base sampler (the checkpoint's own, guidance 6) and the LCM sampler with the LCM-LoRA
+    fused and without it (guidance 1), at each of ``steps`` (the base also at ``base_steps``), on
+    ``prompts`` held-out prompts of a trained shapes checkpoint, every row from the same noise,
+    OpenVINO f32. The rows of :func:`sdaccel.toy.adherence_steps.adherence_vs_steps` (``sampler``,
+    ``steps``, ``score``...), each with ``psnr_mean``: its images against the base sampler's at
+    ``base_steps`` (``None`` for that row itself). ``exports``: the OpenVINO exports to reuse
+    (``{"base": ..., "lcm": ...}``); others are made in ``work_dir``."""
+    folder = resolve_checkpoint(checkpoint)
+    size = sweeps.image_size(folder)
+    sweep = sweeps.Sweep(folder, sweeps.lora_file(lora), size, seed, (6.0, 1.0), prompts)
+    table = {}
+    for sampler in sweeps.SAMPLER_CHOICES:
+        opened = cache(partial(sweep.openvino, sampler, Path(work_dir), dict(exports or {})))
+        counts = sorted({*steps, base_steps}) if sampler == "base" else sorted(set(steps))
+        table |= sweep.steps("ov_f32", sampler, counts, partial(sweep.openvino_run, opened))
+    reference = ("ov_f32", "base", base_steps)
+
+    def row(images, prompts, measured, against):
+        psnr = quality.compare_images(against[reference], images)["psnr_mean"] if against else None
+        return {**sweep.row(images, prompts, measured, against), "psnr_mean": psnr}
+
+    rows, _ = score(table, sweep.prompts, row, references=[reference])
+    return list(rows.values())
+
+
+def adapter_gain(rows: Sequence[dict]) -> dict[int, dict]:
+    """``{steps: {"with", "without", "adds", "psnr_with", "psnr_without"}}`` from
+    :func:`adapter_rows`: the adherence of the LCM sampler with the adapter and without it at each
+    number of steps both ran, what the adapter adds (points of adherence, as a fraction), and the
+    PSNR of each against the base sampler's images."""
+    by = {(r["sampler"], r["steps"]): r for r in rows}
+    gain = {}
+    for n in sorted(s for sampler, s in by if sampler == "lcm" and ("lcm_no_adapter", s) in by):
+        with_it, without = by[("lcm", n)], by[("lcm_no_adapter", n)]
+        gain[n] = {
+            "with": with_it["score"],
+            "without": without["score"],
+            "adds": with_it["score"] - without["score"],
+            "psnr_with": with_it["psnr_mean"],
+            "psnr_without": without["psnr_mean"],
+        }
+    if not gain:
+        raise ValueError("adapter_gain needs rows of both LCM samplers ('lcm' and 'lcm_no_adapter').")
+    return gain
+
+
+def format_adapter_gain(gain: Mapping[int, dict], base_steps: int = 20) -> str:
+    """:func:`adapter_gain` as a Markdown table: adherence and PSNR with and without the adapter."""
+    lines = [
+        f"| steps | LCM-LoRA: adherence | PSNR to the {base_steps}-step base | LCM sampler alone: adherence "
+        "| PSNR | the adapter adds |",
+        "|---|---|---|---|---|---|",
+    ]
+    for n, g in gain.items():
+        lines.append(
+            f"| {n} | {g['with']:.0%} | {g['psnr_with']:.1f} dB | {g['without']:.0%} | "
+            f"{g['psnr_without']:.1f} dB | {100 * g['adds']:+.0f} points, "
+            f"{g['psnr_with'] - g['psnr_without']:+.1f} dB |"
+        )
+    return "\n".join(lines)
 
 
 def random_tiny_vae(checkpoint: str | os.PathLike, folder: str | os.PathLike, seed: int = 0) -> Path:

@@ -17,6 +17,7 @@ import re
 import warnings
 from pathlib import Path
 
+from sdaccel.core.env import quiet_jax_without_tpu
 from sdaccel.course.colab import CHECKOUT, INSTALLER_URL, REPOSITORY
 
 #: The repository's address: the installer clones it on Colab, the README's "Open in Colab" badges
@@ -76,10 +77,13 @@ def quiet() -> None:
       terminal, so each bar prints once, finished.
     - The messages of :data:`KNOWN_NOISE`, which no code of ours can avoid, are dropped by exact
       text. Every other warning still shows.
+    - Where libtpu is installed but no TPU is here, JAX stays on the CPU, so that its first call
+      does not print libtpu's search for chips (:func:`sdaccel.core.env.quiet_jax_without_tpu`).
 
     Calling it again adds nothing.
     """
     os.environ["TTY_COMPATIBLE"] = "0"
+    quiet_jax_without_tpu()
     by_logger: dict[str, list[str]] = {}
     for where, start in KNOWN_NOISE:
         if where == "warnings":

@@ -148,12 +148,21 @@ NOTEBOOKS = {
         # 12.3 GiB anonymous at most (benchmarks/results/rehearsal.json): the parity check, diffusers'
         # f32 pipeline beside OpenVINO's default one
         Notebook("04_openvino_export_and_run", "x86 CPU", Needs(3.0, 0.3), Needs(13.0, 5.0), {"sd15": None}),
-        # full: its own export plus five INT8 UNets. The rehearsal measured 13.7 GiB anonymous for
-        # the kernel and its children together (benchmarks/results/rehearsal.json): the quality cell,
-        # with a quantizing child at 9.2 before it. The per-group ranking, which the rehearsal leaves
-        # out, runs one more full INT8 quantization in the kernel beside the f32 pipeline
+        # full: its own export plus the INT8 UNets, each quantized in a child. The rehearsal (run
+        # before 05b was split off) measured 13.7 GiB anonymous for the kernel and its children
+        # together (benchmarks/results/rehearsal.json): the quality cell, with a quantizing child at
+        # 9.2 before it
         Notebook(
             "05_int8_quantization",
+            "x86 CPU",
+            Needs(3.0, 0.3),
+            Needs(16.0, 10.0),
+            {"sd15": None, "clip": None},
+        ),
+        # full: full INT8 in one piece and in parts, then the per-group ranking, which runs one more
+        # full INT8 quantization in the kernel beside the f32 pipeline (the rehearsal leaves it out)
+        Notebook(
+            "05b_int8_under_constraints",
             "x86 CPU",
             Needs(3.0, 0.3),
             Needs(19.0, 10.0),
@@ -162,6 +171,7 @@ NOTEBOOKS = {
         Notebook(
             "06_cpu_benchmark_and_comparison", "x86 CPU", Needs(3.0, 0.3), Needs(16.0, 8.0), {"sd15": None}
         ),
+        Notebook("06b_cpu_stacks_and_quality", "x86 CPU", Needs(3.0, 0.3), Needs(16.0, 8.0), {"sd15": None}),
         # full: SDXL in bf16 for the JAX half (on the host while it loads), then SD 1.5's base and
         # LCM-LoRA exports (f32, about 4.3 GB each) and a hybrid INT8 UNet, quantized within a budget
         Notebook(

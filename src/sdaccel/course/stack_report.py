@@ -1,4 +1,4 @@
-"""Notebook 06's stack table: each stack of speed levers with what the picture keeps on the trained
+"""Notebook 06b's stack table: each stack of speed levers with what the picture keeps on the trained
 toy (:func:`sdaccel.toy.stack_quality.measure`) beside its seconds per UNet step on a real UNet
 (``benchmarks/bench_openvino.py --levers stack``: :func:`sdaccel.tools.measure.speedups.compose_stack`),
 joined by their levers, and the fastest stack within a quality bound.

@@ -270,6 +270,10 @@ REFERENCE_FILES = (
     "whole_image_sd15_layer_cut.json",
     "whole_image_sdxl.json",
 )
+#: Notebook 06's tables (one SD 1.5 run, one SDXL run) and its appendix 06b's (the stack, the
+#: ResNets recipe, the layer cut).
+CORE_FILES = ("whole_image_sd15.json", "whole_image_sdxl.json")
+APPENDIX_FILES = tuple(name for name in REFERENCE_FILES if name not in CORE_FILES)
 #: Each model's recipes measured for quality on the trained toy of its layout
 #: (``python -m sdaccel.toy.whole_image_quality``), as kept in ``benchmarks/results``.
 QUALITY_FILES = {
@@ -281,12 +285,12 @@ QUALITY_FILES = {
 QUALITY_BOUND = 0.05
 
 
-def reference_files(results_dir: str | os.PathLike, given=None) -> list[Path]:
+def reference_files(results_dir: str | os.PathLike, given=None, names=REFERENCE_FILES) -> list[Path]:
     """The whole-image JSONs to show: ``given`` (one path, or a list of paths), else those of
-    :data:`REFERENCE_FILES` that ``results_dir`` holds. Raises ``FileNotFoundError`` naming a
+    ``names`` (:data:`REFERENCE_FILES`, :data:`CORE_FILES`, ...) that ``results_dir`` holds. Raises ``FileNotFoundError`` naming a
     given file that is not there, or when there is none to show."""
     if given is None:
-        paths = [Path(results_dir) / name for name in REFERENCE_FILES]
+        paths = [Path(results_dir) / name for name in names]
         paths = [p for p in paths if p.is_file()]
     else:
         paths = [Path(p) for p in ([given] if isinstance(given, str | os.PathLike) else given)]
@@ -298,9 +302,7 @@ def reference_files(results_dir: str | os.PathLike, given=None) -> list[Path]:
                 "a file."
             )
     if not paths:
-        raise FileNotFoundError(
-            f"no whole-image results in {results_dir} (looked for {', '.join(REFERENCE_FILES)})."
-        )
+        raise FileNotFoundError(f"no whole-image results in {results_dir} (looked for {', '.join(names)}).")
     return paths
 
 
@@ -313,13 +315,13 @@ def heading(table: dict) -> str:
     s = table["settings"]
     extra = []
     if {OV_ACCURACY_CONTROL_20, OV_SENSITIVE_4_20} & set(table["rows"]):
-        extra.append("the toy's INT8 recipes replayed")
+        extra.append("the tiny trained model's INT8 recipes replayed")
     few_step = any(is_few_step(key) for key in table["rows"])
     lcm_variants = s.get("lcm_variant") or ()
     if OV_FLOAT_RESNETS_20 in table["rows"] or (few_step and FLOAT_RESNETS in lcm_variants):
         extra.append("INT8 that keeps the ResNets in float")
     if set(STACK_ROWS) & set(table["rows"]):
-        extra.append("the levers stacked")
+        extra.append("the speed-ups stacked")
     if OV_STACK_LAYER_20 in table["rows"]:
         extra.append("DeepCache cut at the last layer")
     return f"{model_name(s['model'])} at {s['size']}x{s['size']}" + (
@@ -353,10 +355,10 @@ def _quality_sentence(table: dict) -> list[str]:
     if quality is None:
         return []
     return [
-        f"Adherence and PSNR: the same recipe on the trained toy {quality['checkpoint']} of this "
+        f"Adherence and PSNR: the same recipe on the tiny trained model {quality['checkpoint']} of this "
         f"layout, {quality['prompts']} held-out prompts, PSNR against its OpenVINO f32 images "
         f"(measured on {quality['isa'] or 'an unrecorded CPU'}); the benchmark's own weights are random, "
-        "so a toy stands in: its numbers show the direction and rough size of a recipe's cost, "
+        "so the tiny trained model stands in: its numbers show the direction and rough size of a recipe's cost, "
         "not Stable Diffusion's."
     ]
 
@@ -624,11 +626,13 @@ def _within_bound(table: dict, ok: dict, bound: float) -> list[str]:
     base = ok.get(BASELINE)
     if base is None or base["adherence"] is None:
         return [
-            f"The toy has no PyTorch fp32 adherence to hold the recipes to ({table['quality']['checkpoint']})."
+            f"The tiny trained model has no PyTorch fp32 adherence to hold the recipes to ({table['quality']['checkpoint']})."
         ]
     floor = base["adherence"] - bound
     kept = {k: r for k, r in ok.items() if r["adherence"] is not None and r["adherence"] >= floor - 1e-9}
-    toy = f"on the trained toy {table['quality']['checkpoint']} (PyTorch fp32: {base['adherence']:.3f})"
+    toy = (
+        f"on the tiny trained model {table['quality']['checkpoint']} (PyTorch fp32: {base['adherence']:.3f})"
+    )
     if not kept:
         return [f"No recipe kept its adherence within {bound * 100:g} points {toy}."]
     best = min(kept.values(), key=lambda r: r["image_s"])
@@ -647,7 +651,7 @@ def _within_bound(table: dict, ok: dict, bound: float) -> list[str]:
     if fastest is not best and fastest["adherence"] is not None:
         text += f"; the fastest of all, {fastest['title']}, draws {fastest['adherence']:.3f}"
     elif fastest is not best:
-        text += f"; the toy did not run the fastest of all, {fastest['title']}"
+        text += f"; the tiny trained model did not run the fastest of all, {fastest['title']}"
     return [text + "."]
 
 
@@ -674,7 +678,7 @@ def markdown_table(table: dict, notes: bool = False) -> str:
         "decode s",
         f"x PyTorch fp32, {steps} steps",
         *(["CPU s", "x PyTorch fp32 (CPU s)"] if cpu else []),
-        *(["adherence (toy)", "PSNR dB vs f32 (toy)"] if quality else []),
+        *(["adherence (tiny trained model)", "PSNR dB vs f32 (tiny trained model)"] if quality else []),
         "precision (UNet)",
     ]
     align = "l" + "r" * (5 + 2 * cpu + 2 * quality) + "l"

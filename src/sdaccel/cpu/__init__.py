@@ -5,7 +5,9 @@ PyTorch). Every name below is public, listed by the module that defines it: impo
 (``from sdaccel.cpu import export_pipeline`` imports :mod:`export` then) or from its module
 (``from sdaccel.cpu.export import export_pipeline``); a module is reached as a module too
 (``from sdaccel.cpu import quality``, then ``quality.compare_images``). ``__all__`` lists the names
-(:data:`PUBLIC_NAMES` says each one's module).
+(:data:`PUBLIC_NAMES` says each one's module). ``VARIANTS``, which :mod:`quantize` (the INT8 recipes)
+and :mod:`accuracy_control` (those it can run) both define, is reached through its module
+(:data:`SHARED_NAMES`).
 
 ## Export
 - :mod:`export`: ``export_pipeline``, ``default_export_dir``, ``is_complete``, ``reshape_static``,
@@ -25,8 +27,9 @@ PyTorch). Every name below is public, listed by the module that defines it: impo
 
 ## Precision
 - :mod:`precision`: ``choose_precision``, ``PrecisionChoice``, ``offered_precisions``,
-  ``precision_name``, ``CANDIDATES``, ``device_capabilities``, ``precisions_for``,
-  ``default_precision``, ``quantized_hint``
+  ``CANDIDATES``, ``device_capabilities``, ``precisions_for``, ``default_precision``,
+  ``quantized_hint``
+- :mod:`precision_timing`: ``precision_name``
 
 ## INT8
 - :mod:`quantize`: ``quantize_variant``, ``quantize_full``, ``quantize_hybrid``, ``compress_weights_int8``,
@@ -34,15 +37,16 @@ PyTorch). Every name below is public, listed by the module that defines it: impo
   ``unmatched_patterns``, ``ignored_layers``, ``weighted_matmul_and_gather_names``, ``describe_ir``,
   ``no_progress_bars``, ``ignored_scope_of``, ``smooth_quant_parameters``,
   ``reshaped_pointwise_convolutions``
-- :mod:`quantize_parts`: ``quantize_ir``, ``quantize_in_parts``, ``default_budget_gb``, ``estimate_peak_gb``
+- :mod:`quantize_parts`: ``quantize_ir``, ``quantize_in_parts``, ``default_budget_gb``, ``estimate_peak_gb``,
+  ``parts_for_budget``
 - :mod:`calibration`: ``collect_unet_inputs``, ``CalibrationSet``, ``read_prompts``
 - :mod:`ir_parts`: ``plan_parts``, ``PartPlan``, ``cut``, ``stitch``
 - :mod:`quantize_vae`: ``quantize_vae_decoder``, ``decoder_inputs``, ``decode``
-- :mod:`sensitivity`: ``quantize_for_ranking``, ``rank_groups``, ``only_group``,
+- :mod:`sensitivity`: ``OTHER``, ``quantize_for_ranking``, ``rank_groups``, ``only_group``,
   ``quantizer_groups``, ``group_of``, ``float_group_patterns``, ``format_table``, ``plot_ranking``
 - :mod:`accuracy_control`: ``quantize_with_accuracy_control``, ``check_request``, ``checked_result``,
   ``activation_quantizers``, ``recording_search``, ``quantizable_operations``, ``estimate_search_s``,
-  ``replay_ignored``, ``check_replay``, ``reverted``, ``VARIANTS``
+  ``replay_ignored``, ``check_replay``, ``reverted``
 
 ## Speed-ups
 - :mod:`deepcache`: ``DeepCache``, ``export_deepcache``, ``quantize_deepcache``, ``compile_parts``,
@@ -113,7 +117,7 @@ PUBLIC_NAMES = {
     "choose_precision": "precision",
     "PrecisionChoice": "precision",
     "offered_precisions": "precision",
-    "precision_name": "precision",
+    "precision_name": "precision_timing",
     "CANDIDATES": "precision",
     "device_capabilities": "precision",
     "precisions_for": "precision",
@@ -140,6 +144,7 @@ PUBLIC_NAMES = {
     "quantize_in_parts": "quantize_parts",
     "default_budget_gb": "quantize_parts",
     "estimate_peak_gb": "quantize_parts",
+    "parts_for_budget": "quantize_parts",
     "collect_unet_inputs": "calibration",
     "CalibrationSet": "calibration",
     "read_prompts": "calibration",
@@ -150,6 +155,7 @@ PUBLIC_NAMES = {
     "quantize_vae_decoder": "quantize_vae",
     "decoder_inputs": "quantize_vae",
     "decode": "quantize_vae",
+    "OTHER": "sensitivity",
     "quantize_for_ranking": "sensitivity",
     "rank_groups": "sensitivity",
     "only_group": "sensitivity",
@@ -168,7 +174,6 @@ PUBLIC_NAMES = {
     "replay_ignored": "accuracy_control",
     "check_replay": "accuracy_control",
     "reverted": "accuracy_control",
-    "VARIANTS": "accuracy_control",
     # Speed-ups
     "DeepCache": "deepcache",
     "export_deepcache": "deepcache",
@@ -242,6 +247,7 @@ MODULES = (
     "machine",
     "pipeline",
     "precision",
+    "precision_timing",
     "quality",
     "quantize",
     "quantize_parts",
@@ -252,6 +258,10 @@ MODULES = (
     "tome",
     "torch_modules",
 )
+
+#: Names that several modules define alike, reached through their module (``quantize.VARIANTS``, the
+#: INT8 recipes' names; ``accuracy_control.VARIANTS``, those that accuracy control can run).
+SHARED_NAMES = {"VARIANTS": ("quantize", "accuracy_control")}
 
 __all__ = list(PUBLIC_NAMES)
 __getattr__, __dir__ = lazy_names(__name__, PUBLIC_NAMES, MODULES)

@@ -206,7 +206,7 @@ def collect_unet_inputs(
                     store.require_room_for(kept - 1, fewer="keep fewer samples (num_samples)")
             calls += 1
 
-        for index, prompt in enumerate(tqdm(prompts, desc="calibration", disable=not progress)):
+        for index, prompt in enumerate(tqdm(prompts, desc="calibration", disable=not progress, leave=False)):
             pipeline.generate(
                 [prompt],
                 negative_prompts=None if negative_prompt is None else [negative_prompt],

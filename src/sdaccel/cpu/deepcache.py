@@ -231,10 +231,7 @@ def export_deepcache(
         if checkpoint is not None:
             check_source(read_json(folder / MANIFEST), checkpoint, folder)
         if all(x.is_file() for x in xmls.values()):
-            print(
-                f"{folder} already holds the DeepCache IRs; nothing to do. Pass force=True to export again."
-            )
-            return folder
+            return folder  # reused in silence: the caller has the folder (force=True exports again)
     check_writable(folder)
     if checkpoint is not None:
         unet = load_torch_component(checkpoint, "unet")

@@ -372,7 +372,8 @@ def export_pipeline(
 
     What happens to an existing ``dst``, decided before anything is written:
 
-    * it holds a finished export of ``src`` with every one of ``components``: nothing (it says so);
+    * it holds a finished export of ``src`` with every one of ``components``: nothing (it is reused
+      in silence; a request with other settings is told so, once a process);
     * it holds a finished export of ``src`` made with the same settings but missing some of
       ``components``: they are added, the others kept as they are;
     * it holds anything else (another checkpoint's export, this one's before it changed, other
@@ -550,9 +551,20 @@ def check_components(kind: str, components: Iterable[str] | None) -> tuple[str, 
     return names
 
 
+_SAID: set[str] = set()
+
+
+def _say_once(message: str) -> None:
+    """Print ``message`` the first time this process has it to say."""
+    if message not in _SAID:
+        _SAID.add(message)
+        print(message)
+
+
 def _already_exported(dst: Path, src: Path, names: tuple[str, ...], old: dict, settings: dict) -> bool:
-    """Whether the finished export in ``dst`` (its manifest ``old``) already holds ``names``
-    (said so, nothing to do); refuse one whose settings would mix with these."""
+    """Whether the finished export in ``dst`` (its manifest ``old``) already holds ``names`` (then
+    it is reused, and only settings that differ from the request are said); refuse one whose
+    settings would mix with these."""
     recorded = {k: old.get(k) for k in settings}
     if recorded["lora"] != settings["lora"]:  # other weights: never reused in place of these
         raise ValueError(
@@ -560,10 +572,15 @@ def _already_exported(dst: Path, src: Path, names: tuple[str, ...], old: dict, s
             "its weights differ. Export into another folder, or pass force=True to replace it."
         )
     if is_complete(dst, names):
-        note = f" It was exported with {recorded}, not {settings}." if recorded != settings else ""
-        message = f"{dst} already holds a complete OpenVINO export of {list(names)}; nothing to do.{note}"
-        print(message + " Pass force=True to export again.")
-        log.info(message)
+        # the caller has dst back either way: a reuse is logged, not printed, and only settings
+        # that differ from the request are said, once a process (a notebook may ask again)
+        log.info("%s already holds a complete OpenVINO export of %s; reused.", dst, list(names))
+        differ = [f"{k} {recorded[k]!r}, not {settings[k]!r}" for k in settings if recorded[k] != settings[k]]
+        if differ:
+            _say_once(
+                f"Reusing the OpenVINO export {dst.name!r}, made with {'; '.join(differ)} "
+                "(pass force=True to export again)."
+            )
         return True
     if recorded != settings:
         raise ValueError(
@@ -593,7 +610,7 @@ def _export_components(
     seconds of each."""
 
     timings = {}
-    bar = tqdm(todo, desc="export", unit="component", disable=not progress)
+    bar = tqdm(todo, desc="export", unit="component", disable=not progress, leave=False)
     for name in bar:
         bar.set_postfix_str(name)
         start = time.perf_counter()

@@ -82,6 +82,8 @@ class Family:
     s_per_step: dict
     command: str
     note: str = ""
+    #: the committed results file the seconds come from ("" where only this package data holds them)
+    results: str = ""
 
     def ratio(self, variant: str) -> float | None:
         """PyTorch fp32's seconds per step over ``variant``'s (``None`` where not measured)."""
@@ -394,6 +396,20 @@ def _f16_outlook(tier: Tier) -> tuple[str, str]:
     return "unsupported", "no f16 arithmetic: the plugin runs an f16 request in f32"
 
 
+def measured_gain(recipe: str, amx: bool) -> str | None:
+    """``recipe``'s speed-up over the best float per UNet step across the measured families with
+    (``amx``) or without AMX, as ``"1.23x"`` or ``"1.53x to 2.37x"``; ``None`` where none measured it."""
+    gains = sorted(
+        f.s_per_step[f.best_float()] / f.s_per_step[recipe]
+        for f in reference()
+        if (f.isa == "AMX") == amx and recipe in f.s_per_step and f.isa != "AVX2 only"
+    )
+    if not gains:
+        return None
+    low, high = f"{gains[0]:.2f}x", f"{gains[-1]:.2f}x"
+    return low if low == high else f"{low} to {high}"
+
+
 def _int8_outlook(recipe: str, tier: Tier) -> tuple[str, str]:
     if tier.int8 == "unknown":
         return "maybe", "the instruction sets of this CPU could not be read"
@@ -408,12 +424,12 @@ def _int8_outlook(recipe: str, tier: Tier) -> tuple[str, str]:
             "4x smaller weights, but the products run in float: measured 0.89x to 1.03x the best float",
         )
     if tier.int8 == "fast":
-        gains = {
-            "hybrid": "measured 1.4x the best float",
-            "full_int8": "measured 1.5x to 2.4x the best float",
-            "full_int8_float_resnets": "less than full INT8: its ResNet convolutions stay float",
-        }
-        return "faster", f"INT8 dot products in one instruction; {gains[recipe]}"
+        gain = measured_gain(recipe, amx=tier.label == "AMX")
+        where = "on AMX" if tier.label == "AMX" else "with VNNI, without AMX"
+        said = f"measured {gain} the best float {where}" if gain else f"not measured {where}"
+        if recipe == "full_int8_float_resnets":
+            said += " (less than full INT8: its ResNet convolutions stay float)"
+        return "faster", f"INT8 dot products in one instruction; {said}"
     if tier.int8 == "slow" and recipe != "full_int8_float_resnets":
         return (
             "maybe",

@@ -81,9 +81,9 @@ from sdaccel.cpu.precision import (
     choose_precision,
     device_capabilities,
     pipeline_components,
-    precision_name,
     quantized_hint,
 )
+from sdaccel.cpu.precision_timing import precision_name
 from sdaccel.cpu.tiny_vae import with_tiny_decoder
 
 #: What ``precision`` accepts besides ``None`` (the plugin's default).

@@ -11,16 +11,28 @@ a rule, :func:`choose_precision` measures:
 1. **Candidates.** f32 always; bf16 and f16 where the plugin lists ``BF16`` / ``FP16`` in its
    ``OPTIMIZATION_CAPABILITIES`` (a hint the CPU cannot run is silently replaced by f32, so timing
    it would only time f32 again).
-2. **Timing.** With more than one candidate, each component (text encoder(s), UNet, VAE decoder) is compiled once per candidate,
-   as :class:`~sdaccel.cpu.pipeline.OVPipeline` compiles it (same device, properties, static or
-   dynamic shapes), run ``warmup`` times, then timed ``iters`` times on the input shapes of one
-   guided image at the pipeline's size: text encoders and UNet at batch 2 (negative and positive
-   prompt), VAE decoder at batch 1. The median decides.
-3. **What ran.** For each candidate it records the precision the plugin *reports*
+2. **Timing.** With more than one candidate, each component (text encoder(s), UNet, VAE decoder)
+   is compiled once per candidate, as :class:`~sdaccel.cpu.pipeline.OVPipeline` compiles it (same
+   device, properties, static or dynamic shapes), and run ``warmup`` times, on the input shapes of
+   one guided image at the pipeline's size: text encoders and UNet at batch 2 (negative and
+   positive prompt), VAE decoder at batch 1. Then the candidates are timed in interleaved rounds
+   (each round calls every candidate once, in a rotating order), so that a change of load on the
+   machine reaches them all alike: at least ``iters`` rounds, and more (up to :data:`MAX_ROUNDS`)
+   until each candidate has run :data:`MIN_TIMED_S` seconds, because a call of a millisecond is
+   noisy. Where the candidates compiled at once would not fit in memory, each is timed alone, one
+   after another.
+3. **The decision** (:func:`decide`). The plugin's default (:func:`default_precision`) is kept
+   unless another candidate ran faster by more than :data:`MIN_MARGIN` in three rounds of four,
+   each round comparing two calls made one after the other (:func:`paired_ratios`): noise that
+   slows some calls, or a load that drifts during the measurement, cannot reach that.
+   A result that would change the default is timed for another ``iters`` rounds first, and
+   decided on all the calls. So two precisions of about the same speed give the default, whatever
+   the noise, and the summary says why.
+4. **What ran.** For each candidate it records the precision the plugin *reports*
    (``INFERENCE_PRECISION_HINT`` of the compiled model) and the output precision of the
    convolutions and matrix products in the runtime model. A candidate whose reported precision is
    not the one asked for is recorded but cannot be chosen.
-4. **Cache.** The result is added (atomically) to ``precision_choice.json`` in the export folder,
+5. **Cache.** The result is added (atomically) to ``precision_choice.json`` in the export folder,
    keyed by the CPU model and instruction sets (:mod:`sdaccel.core.env`), the OpenVINO version and the
    plugin's capabilities, the device and compile properties, the input shapes and the models' IR
    (a hash of each ``.xml``). A later call with the same key reads it back instead of measuring;
@@ -31,7 +43,8 @@ a rule, :func:`choose_precision` measures:
    measures leaves the file as it was.
 
 The result, :class:`PrecisionChoice`, has ``.chosen`` (component -> precision), ``.table()`` and
-``.summary()`` ("f32 chosen for the UNet: 1.5x faster than bf16 on this CPU") and round-trips
+``.summary()`` ("f32 chosen for the UNet: 1.50x faster than bf16, the plugin's default, on this
+CPU (the margin: 10%)") and round-trips
 through JSON.
 """
 
@@ -46,6 +59,7 @@ import sys
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -56,6 +70,12 @@ from sdaccel.core.faults import fault_point
 from sdaccel.core.staging import clear_leftovers, replace_json, writer_lock
 from sdaccel.cpu.export import MODEL_XML, StaticShape, reshape_static, vae_scale_factor_of
 from sdaccel.cpu.ir_files import check_ir, read_ir
+from sdaccel.cpu.precision_timing import (
+    Measurement,
+    compiled_at_once,
+    ir_weight_bytes,
+    measure,
+)
 
 log = logging.getLogger(__name__)
 
@@ -66,9 +86,10 @@ CAPABILITY = {"f32": "FP32", "bf16": "BF16", "f16": "FP16"}
 #: The file in the export folder that caches the choice.
 CHOICE_FILE = "precision_choice.json"
 #: Bumped when the cached format or the measurement changes: older files are measured again.
-SCHEMA = 2
-#: Layer types of the runtime model whose precision says what the heavy arithmetic ran in.
-HEAVY_LAYERS = ("Convolution", "Deconvolution", "FullyConnected", "MatMul", "ScaledAttn")
+SCHEMA = 3
+#: A candidate replaces the plugin's default precision only when it runs faster by more than this
+#: fraction in three timed rounds of four.
+MIN_MARGIN = 0.10
 #: Human names of the components, for summaries.
 NAMES = {
     "text_encoder": "text encoder",
@@ -76,12 +97,6 @@ NAMES = {
     "unet": "UNet",
     "vae_decoder": "VAE decoder",
 }
-
-
-def precision_name(value) -> str:
-    """``ov.Type`` (or its string) -> ``"f32"`` / ``"bf16"`` / ``"f16"``."""
-    name = value.get_type_name() if hasattr(value, "get_type_name") else str(value)
-    return {"float32": "f32", "bfloat16": "bf16", "float16": "f16"}.get(name, name)
 
 
 def device_capabilities(core, device: str = "CPU") -> tuple[str, ...]:
@@ -152,35 +167,44 @@ def check_candidates(candidates: Iterable[str]) -> tuple[str, ...]:
 # ----------------------------------------------------------------------------------------------
 
 
-@dataclass
-class Measurement:
-    """One component compiled with one ``INFERENCE_PRECISION_HINT``."""
-
-    requested: str
-    reported: str  #: the compiled model's INFERENCE_PRECISION_HINT
-    runtime: dict[str, int]  #: output precision -> number of heavy layers (HEAVY_LAYERS)
-    times: list[float]  #: seconds of each timed call (wall clock: what a reader waits for)
-    compile_s: float
-    #: CPU seconds of this process (all threads) in each timed call: on a machine busy with other
-    #: work the wall clock inflates with their load, the CPU time much less
-    cpu_times: list[float] = field(default_factory=list)
-
-    @property
-    def median_s(self) -> float:
-        return statistics.median(self.times)
-
-    @property
-    def honoured(self) -> bool:
-        """The plugin runs what was asked (a CPU without bf16 reports f32 for a bf16 hint)."""
-        return self.reported == self.requested
+def paired_ratios(slow: Measurement, fast: Measurement) -> list[float]:
+    """Round by round, ``slow``'s call time over ``fast``'s: the two calls of a round ran one after
+    the other, so a change of load between rounds cancels in each ratio."""
+    return [a / b for a, b in zip(slow.times, fast.times, strict=False) if b > 0]
 
 
-def decide(measurements: dict[str, Measurement]) -> str:
-    """The candidate with the smallest median time among those the plugin honoured (ties go to
-    the earlier of :data:`CANDIDATES`); if none was honoured, the fastest of all."""
-    eligible = [m for m in measurements.values() if m.honoured] or list(measurements.values())
+def speedup(slow: Measurement, fast: Measurement, quantile: float = 0.5) -> float:
+    """How much faster ``fast`` ran than ``slow``: a ``quantile`` of :func:`paired_ratios` (the
+    median round by default; :func:`decide` uses the lower quartile)."""
+    return float(np.quantile(paired_ratios(slow, fast), quantile))
+
+
+def kept_default(measurements: dict[str, Measurement], default: str) -> str:
+    """The precision that stays unless beaten: ``default`` (the plugin's own choice,
+    :func:`default_precision`) if it was measured and honoured, else the first honoured of
+    :data:`CANDIDATES` (all count if the plugin honoured none)."""
+    eligible = [p for p, m in measurements.items() if m.honoured] or list(measurements)
     order = {p: i for i, p in enumerate(CANDIDATES)}
-    return min(eligible, key=lambda m: (m.median_s, order.get(m.requested, len(order)))).requested
+    return default if default in eligible else min(eligible, key=lambda p: order.get(p, len(order)))
+
+
+def settled(measurements: dict[str, Measurement], default: str) -> bool:
+    """Whether :func:`decide` keeps the default: a measurement that would change it is timed for
+    more rounds first (:func:`sdaccel.cpu.precision_timing.measure`)."""
+    return decide(measurements, default) == kept_default(measurements, default)
+
+
+def decide(measurements: dict[str, Measurement], default: str = "f32") -> str:
+    """The precision to run. Another candidate the plugin honoured replaces :func:`kept_default`
+    only if it ran more than :data:`MIN_MARGIN` faster in three rounds of four (the lower quartile
+    of :func:`paired_ratios`); of several such, the one with the largest margin. Noise that slows
+    some calls cannot reach three rounds of four, and a drift of the load cancels in each pair, so
+    noise alone does not move the choice away from the default."""
+    eligible = {p: m for p, m in measurements.items() if m.honoured} or dict(measurements)
+    keep = kept_default(measurements, default)
+    gains = {p: speedup(eligible[keep], m, 0.25) for p, m in eligible.items() if p != keep}
+    best = max(gains, key=gains.get, default=keep)
+    return best if best != keep and gains[best] > 1 + MIN_MARGIN else keep
 
 
 @dataclass
@@ -190,6 +214,8 @@ class ComponentChoice:
     chosen: str
     #: why a candidate was not timed (an activation-quantized model under f16: :func:`quantized_hint`)
     note: str = ""
+    #: the precision the plugin runs when none is asked for: kept unless beaten by a margin
+    default: str = "f32"
 
 
 @dataclass
@@ -226,34 +252,51 @@ class PrecisionChoice:
                 f"{entry.chosen} chosen for the {name}: the only precision the {self.key['device']} "
                 f"plugin offers on this CPU (no {lacking} in its OPTIMIZATION_CAPABILITIES; not timed)"
             )
-        best = entry.measurements[entry.chosen]
-        others = [m for p, m in entry.measurements.items() if p != entry.chosen]
+        return f"{entry.chosen} {self._verdict(entry, name)}"
+
+    @staticmethod
+    def _verdict(entry: ComponentChoice, name: str) -> str:
+        """What follows the chosen precision in :meth:`summary`: kept as the plugin's default or
+        chosen over it, and the ratio of the fastest calls against each other candidate."""
+        best, kept = entry.measurements[entry.chosen], entry.chosen == entry.default
         parts = []
-        for other in others:
+        for other in (m for p, m in entry.measurements.items() if p != entry.chosen):
             if not other.honoured:  # same arithmetic as what it ran: a ratio would be noise
                 parts.append(
                     f"{other.requested} runs as {other.reported} on this CPU "
                     f"(the plugin offers no {CAPABILITY[other.requested]})"
                 )
-                continue
-            ratio = other.median_s / best.median_s
-            parts.append(f"{ratio:.2f}x faster than {other.requested} on this CPU")
+            elif kept and (ratio := speedup(best, other)) > 1:  # only the default can lose to a faster run
+                parts.append(
+                    f"{other.requested} was {ratio:.2f}x faster in the median round, not more than "
+                    f"{MIN_MARGIN:.0%} faster in three rounds of four"
+                )
+            elif other.requested == entry.default:
+                parts.append(
+                    f"{speedup(other, best):.2f}x faster than {other.requested}, the plugin's default "
+                    f"(more than {MIN_MARGIN:.0%} faster in three rounds of four)"
+                )
+            else:
+                parts.append(f"{speedup(other, best):.2f}x faster than {other.requested}")
         if entry.note:
             parts.append(entry.note)
-        return f"{entry.chosen} chosen for the {name}: {'; '.join(parts)}"
+        verb = "kept for the {} (the plugin's default)" if kept else "chosen for the {}"
+        return f"{verb.format(name)} on this CPU: {'; '.join(parts)}"
 
     def table(self) -> str:
-        """Per component and candidate: median seconds, what the plugin reports, what the heavy
+        """Per component and candidate: the fastest and the median call, the calls timed, what the plugin reports, what the heavy
         layers ran in, and the choice; then the CPU and the one-line summaries."""
         lines = [
-            f"{'component':16} {'asked':6} {'reported':8} {'heavy layers output':24} {'median s':>9} {'chosen':>6}"
+            f"{'component':16} {'asked':6} {'reported':8} {'heavy layers output':24} {'fastest s':>9} "
+            f"{'median s':>9} {'calls':>5} {'chosen':>6}"
         ]
         for component, entry in self.components.items():
             for precision, m in entry.measurements.items():
                 runtime = ", ".join(f"{k} {v}" for k, v in sorted(m.runtime.items())) or "-"
                 mark = "<--" if precision == entry.chosen else ""
                 lines.append(
-                    f"{component:16} {precision:6} {m.reported:8} {runtime:24} {m.median_s:9.4f} {mark:>6}"
+                    f"{component:16} {precision:6} {m.reported:8} {runtime:24} {m.best_s:9.4f} "
+                    f"{m.median_s:9.4f} {len(m.times):5} {mark:>6}"
                 )
         flags = ", ".join(k for k, v in self.machine.get("cpu_flags", {}).items() if v) or "none of note"
         lines.append(
@@ -283,6 +326,7 @@ class PrecisionChoice:
                 measurements={p: Measurement(**m) for p, m in c["measurements"].items()},
                 chosen=c["chosen"],
                 note=c.get("note", ""),
+                default=c.get("default", "f32"),
             )
             for name, c in data["components"].items()
         }
@@ -407,52 +451,6 @@ def component_inputs(model, shape: StaticShape, vae_scale_factor: int, max_lengt
         else:
             inputs[name] = rng.standard_normal(dims).astype(dtype)
     return inputs
-
-
-def runtime_precisions(compiled) -> dict[str, int]:
-    """Output precision -> count, over the heavy layers (:data:`HEAVY_LAYERS`) of the runtime
-    model: the precision the convolutions and matrix products computed in. (Their
-    ``runtimePrecision`` is not used: for weights stored fp16 it names the f16 of the weights that
-    the plugin decompresses on the fly, even where the arithmetic is f32.)"""
-    counts: dict[str, int] = {}
-    for op in compiled.get_runtime_model().get_ordered_ops():
-        info = op.get_rt_info()
-        if "layerType" not in info or info["layerType"].astype(str) not in HEAVY_LAYERS:
-            continue
-        precision = info["outputPrecisions"].astype(str) if "outputPrecisions" in info else "?"
-        counts[precision] = counts.get(precision, 0) + 1
-    return counts
-
-
-def measure(
-    compile_model: Callable[[str], object],
-    inputs: dict,
-    precision: str,
-    iters: int,
-    warmup: int,
-    timer: Callable[[], float] = time.perf_counter,
-) -> Measurement:
-    """Compile with ``compile_model(precision)``, run ``warmup`` calls, time ``iters``."""
-    tick = timer()
-    compiled = compile_model(precision)
-    compile_s = timer() - tick
-    request = compiled.create_infer_request()
-    for _ in range(warmup):
-        request.infer(inputs)
-    times, cpu_times = [], []
-    for _ in range(iters):
-        tick, cpu = timer(), time.process_time()
-        request.infer(inputs)
-        times.append(timer() - tick)
-        cpu_times.append(time.process_time() - cpu)
-    return Measurement(
-        requested=precision,
-        reported=precision_name(compiled.get_property("INFERENCE_PRECISION_HINT")),
-        runtime=runtime_precisions(compiled),
-        times=times,
-        compile_s=compile_s,
-        cpu_times=cpu_times,
-    )
 
 
 def choice_key(
@@ -600,6 +598,7 @@ def measure_components(
             iters,
             warmup,
             timer,
+            weight_bytes=ir_weight_bytes(folder / component / MODEL_XML),
         )
         del model
         fault_point("precision.component-measured")  # one component timed, the next not yet
@@ -644,6 +643,7 @@ def choose_component(
     iters: int,
     warmup: int,
     timer: Callable[[], float],
+    weight_bytes: int = 0,
 ) -> ComponentChoice:
     """Time one component's ``model`` compiled in each of ``candidates`` on inputs of ``shape``
     (reshaped to it first when ``static``); the fastest wins (:func:`decide`). A candidate that
@@ -666,5 +666,9 @@ def choose_component(
         return core.compile_model(model, device, ov_config | {"INFERENCE_PRECISION_HINT": precision})
 
     shapes = {name: list(np.shape(value)) for name, value in inputs.items()}
-    measurements = {p: measure(compile_model, inputs, p, iters, warmup, timer) for p in candidates}
-    return ComponentChoice(shapes, measurements, decide(measurements), note)
+    together, hint = compiled_at_once(weight_bytes, len(candidates)), default_precision(capabilities)
+    measurements = measure(
+        compile_model, inputs, candidates, iters, warmup, timer, together, partial(settled, default=hint)
+    )
+    default = kept_default(measurements, hint)
+    return ComponentChoice(shapes, measurements, decide(measurements, default), note, default)

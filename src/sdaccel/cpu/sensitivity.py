@@ -140,7 +140,7 @@ def rank_groups(
     ref = reference if hasattr(reference, "create_infer_request") else quality.compile_f32(reference)
     rows = []
     chosen = {g: found[g] for g in (groups or found)}
-    for group, names in tqdm(chosen.items(), desc="groups", disable=not progress):
+    for group, names in tqdm(chosen.items(), desc="groups", disable=not progress, leave=False):
         compiled = quality.compile_f32(only_group(quantized, group))
         errors = quality.unet_relative_error(ref, compiled, inputs)
         rows.append(

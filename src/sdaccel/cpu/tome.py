@@ -298,8 +298,7 @@ def export_tome(
 
     # 2. A finished export of the same settings is reused
     if not force and holds_tome_export(folder, checkpoint, settings):
-        print(f"{folder} already holds this merged UNet; nothing to do. Pass force=True to export again.")
-        return folder
+        return folder  # reused in silence: the caller has the folder (force=True exports again)
     check_writable(folder)
 
     # 3. Convert the merged UNet (or DeepCache's two IRs) and save it, with its manifest, whole

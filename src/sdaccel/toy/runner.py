@@ -125,7 +125,7 @@ def seeded_images(
 
     outs = [
         pipe([prompt], seed=i, deepcache=cache, **call)
-        for i, prompt in enumerate(tqdm(prompts, desc=name, disable=not progress))
+        for i, prompt in enumerate(tqdm(prompts, desc=name, disable=not progress, leave=False))
     ]
     measured: dict = {"interval": cache.interval if cache else None} if calls else {}
     measured["adherence"] = None

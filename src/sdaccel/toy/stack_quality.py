@@ -334,7 +334,7 @@ def format_table(result: dict) -> str:
     table = runner.format_table(result["rows"], columns)
     return (
         f"{table}\n\nfastest within {bound} adherence points of f32: {result['fastest']}\n"
-        "(a 1 M-parameter toy's milliseconds, mostly fixed cost per call: "
+        "(the milliseconds of a tiny trained model of 1 M parameters, mostly fixed cost per call: "
         "benchmarks/bench_openvino.py --levers stack times the real UNet)"
     )
 

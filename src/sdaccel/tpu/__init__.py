@@ -63,7 +63,8 @@ modules a notebook imports as modules.
   off memory, FLOPs, the time floor and communication (``predict``, ``measurement``, ``summary``,
   ``beside``).
 - :mod:`~sdaccel.tpu.topology`: the slices (``topology.topology``) and their compile-only devices;
-  :class:`CompilerMissing` without libtpu; :func:`collectives`, the communication in a program's HLO.
+  :class:`CompilerMissing` without libtpu; :func:`collectives`, the communication in a program's HLO,
+  and :func:`loop_collectives`, in one trip of each of its loops.
 
 ## Command lines
 
@@ -107,7 +108,7 @@ from sdaccel.tpu.sharding import (
     tree_shardings,
     visualize,
 )
-from sdaccel.tpu.topology import CompilerMissing, collectives
+from sdaccel.tpu.topology import CompilerMissing, collectives, loop_collectives
 
 #: Modules of the room imported by name, never here: the command lines, serving and the plan.
 COMMAND_LINE_MODULES = ("compilation", "serving", "plan", "generate")
@@ -186,6 +187,7 @@ __all__ = [
     "topology",
     "CompilerMissing",
     "collectives",
+    "loop_collectives",
     # Command lines
     "generate",
     "distributed",

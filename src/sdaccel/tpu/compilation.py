@@ -112,7 +112,8 @@ def block(x):
 
 def time_calls(fn: Callable, *args, repeats: int = 5, **kwargs) -> core_timing.Timing:
     """Call ``fn`` once (compiling it if it is a fresh ``jax.jit``), then ``repeats`` more times;
-    each call waits for its result (:func:`sdaccel.core.timing.time_calls` with ``jax.block_until_ready``)."""
+    each call waits for its result (:func:`sdaccel.core.timing.time_calls` with ``jax.block_until_ready``).
+    Notebook 03 writes this loop out in a cell; ``tests/course/test_lesson_03.py`` holds the two equal."""
     return core_timing.time_calls(fn, *args, repeats=repeats, wait=block, **kwargs)
 
 

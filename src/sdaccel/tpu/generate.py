@@ -251,7 +251,9 @@ def _generate(args, prompts, request: Request, mesh, batch, settings, kept, todo
         load_s = time.perf_counter() - load_start
     # 3. Each batch: generate on every device, gather on process 0, write its images and records
     starts = range(0, len(todo), batch)
-    for start in tqdm(starts, desc="batches", unit="batch", disable=not main or args.no_progress):
+    for start in tqdm(
+        starts, desc="batches", unit="batch", disable=not main or args.no_progress, leave=False
+    ):
         indices = todo[start : start + batch]
         chunk = Request(
             [prompts[k] for k in indices],

@@ -46,7 +46,7 @@ def sweep(
     """
     combos = [(n, b) for n in device_counts for b in batch_sizes]
     if progress:
-        combos = tqdm(combos, desc="sweep", unit="config")
+        combos = tqdm(combos, desc="sweep", unit="config", leave=False)
     rows = []
     for n, batch in combos:
         if batch % n:
@@ -123,7 +123,9 @@ class Buckets:
         """Compile every size; return ``{(height, width): lower_s + compile_s}``."""
         sizes = [tuple(s) for s in sizes]
         seconds = {}
-        for height, width in tqdm(sizes, desc="compile buckets", unit="shape", disable=not progress):
+        for height, width in tqdm(
+            sizes, desc="compile buckets", unit="shape", disable=not progress, leave=False
+        ):
             compiled = self.pipe.warm(self.batch, height, width, self.steps, self.guidance_scale)
             seconds[(height, width)] = compiled.lower_s + compiled.compile_s
             if (height, width) not in self.sizes:

@@ -149,6 +149,46 @@ def collectives(hlo_text: str) -> dict[str, int]:
     return counts
 
 
+_COMPUTATION = re.compile(r"^(?:ENTRY )?%([\w.\-]+) \(")
+_CALLED = re.compile(r"\b(?:calls|to_apply|body|condition)=%([\w.\-]+)")
+_CALLED_LISTS = re.compile(r"\b(?:branch_computations|called_computations)=\{([^}]*)\}")
+_WHILE = re.compile(r"\swhile\(.*?\bbody=%([\w.\-]+).*?op_name=\"([^\"]*)\"")
+
+
+def loop_collectives(hlo_text: str) -> dict[str, dict[str, int]]:
+    """``{op name: {opcode: count}}`` for each ``while`` of optimised HLO text, in program order:
+    the collectives of one trip, in its body and every computation the body calls. The op name is
+    the one JAX gave the loop (``jit(f)/while``, ``jit(f)/vae_decode/while`` under a named scope).
+    :func:`collectives` counts the whole program, where each loop's body appears once."""
+    computations: dict[str, list[str]] = {}
+    current = None
+    for line in hlo_text.splitlines():
+        if match := _COMPUTATION.match(line):
+            current = computations.setdefault(match.group(1), [])
+        elif line.startswith("}"):
+            current = None
+        elif current is not None:
+            current.append(line)
+
+    def called(name: str, seen: set[str]) -> set[str]:
+        seen.add(name)
+        text = "\n".join(computations.get(name, ()))
+        names = set(_CALLED.findall(text))
+        names |= {n.strip().lstrip("%") for group in _CALLED_LISTS.findall(text) for n in group.split(",")}
+        for other in names - seen:
+            called(other, seen)
+        return seen
+
+    out: dict[str, dict[str, int]] = {}
+    for body, op_name in _WHILE.findall(hlo_text):
+        text = "\n".join("\n".join(computations.get(name, ())) for name in sorted(called(body, set())))
+        name, k = op_name, 2
+        while name in out:  # two loops under one name: number the second
+            name, k = f"{op_name} #{k}", k + 1
+        out[name] = collectives(text)
+    return out
+
+
 def pallas_calls(hlo_text: str) -> int:
     """How many Pallas (Mosaic) kernel calls the optimised HLO holds."""
     return hlo_text.count(f'custom_call_target="{PALLAS_TARGET}"')

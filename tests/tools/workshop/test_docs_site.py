@@ -52,16 +52,34 @@ def test_stage_lays_out_the_repository(tmp_path):
     assert index.startswith(
         (REPO / "README.md").read_text().split("\n", 1)[0]
     )  # the README is the landing page
-    for doc in docs + [
-        "docs/workshop",
-        "docs/troubleshooting",
-        "docs/api",
-        "checkpoints/tiny-shapes-sdxl/README",
-    ]:
+    for doc in (
+        docs
+        + [
+            "docs/workshop",
+            "docs/troubleshooting",
+            "docs/api",
+            "checkpoints/tiny-shapes-sdxl/README",
+        ]
+        + [page.removesuffix(".md") for page in docs_site.LAB_NOTES]
+    ):
         assert f"\n{doc}\n" in index, doc
+    # the lab notes include the results' own tables: staged beside them, at the same relative path
+    assert (
+        "```{include} ../benchmarks/results/whole_image_sd15.md"
+        in (staging / "docs" / "fewer-steps.md").read_text()
+    )
+    assert (staging / "benchmarks" / "results" / "whole_image_sd15.md").is_file()
     # the checkpoint READMEs keep their pictures, at the same relative paths
     assert (staging / "checkpoints" / "tiny-shapes-sdxl" / "samples.png").is_file()
     assert not (staging / "checkpoints" / "tiny-shapes-sdxl" / "unet").exists()  # pages and images only
+
+
+def test_stage_refuses_a_page_that_includes_a_missing_file(tmp_path):
+    repo = tmp_path / "repo"
+    (repo / "docs").mkdir(parents=True)
+    (repo / "docs" / "page.md").write_text("# Page\n\n```{include} ../benchmarks/results/gone.md\n```\n")
+    with pytest.raises(docs_site.SiteError, match="gone.md"):
+        docs_site._copy_with_assets("docs/page.md", repo, tmp_path / "src")
 
 
 def test_stage_refuses_missing_or_failed_notebooks(tmp_path):

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import statistics
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -17,7 +18,8 @@ from sdaccel.core.checkpoint import resolve_checkpoint
 from sdaccel.core.timing import time_calls
 from sdaccel.cpu import levers
 from sdaccel.cpu.export import MODEL_XML, export_pipeline
-from sdaccel.cpu.precision import decide, measure
+from sdaccel.cpu.precision import decide, default_precision, device_capabilities, kept_default, settled
+from sdaccel.cpu.precision_timing import measure
 from sdaccel.cpu.quantize import time_unet
 from sdaccel.cpu.random_unet import build_torch_unet, checkpoint_folder, unet_inputs
 from sdaccel.tools.measure.models import vae_config, vae_latents
@@ -111,7 +113,8 @@ def choose_unet_precision(
     xml: str, inputs_spec: dict, candidates: list[str], iters: int, warmup: int
 ) -> dict:
     """``choose_precision``'s rule on the UNet IR alone: each candidate compiled static (as the
-    variants are timed), ``warmup`` + ``iters`` calls, the fastest that the plugin honoured."""
+    variants are timed) and timed in interleaved rounds; the plugin's default stays unless another
+    candidate is faster beyond the margin (:func:`sdaccel.cpu.precision.decide`)."""
     import openvino as ov
 
     core = ov.Core()
@@ -124,9 +127,13 @@ def choose_unet_precision(
             model, "CPU", {"PERFORMANCE_HINT": "LATENCY", "INFERENCE_PRECISION_HINT": precision}
         )
 
-    measurements = {p: measure(compile_model, inputs, p, iters, warmup) for p in candidates}
+    hint = default_precision(device_capabilities(core))
+    measurements = measure(
+        compile_model, inputs, tuple(candidates), iters, warmup, settled=partial(settled, default=hint)
+    )
+    default = kept_default(measurements, hint)
     return {
-        "chosen": decide(measurements),
+        "chosen": decide(measurements, default),
         "measurements": {
             p: {"reported": m.reported, "median_s": m.median_s, "times": m.times, "cpu_times": m.cpu_times}
             for p, m in measurements.items()

@@ -17,8 +17,9 @@ PROFILE_ENV = run_profiles.KERNEL_ENV
 
 
 def discover(notebook_dir: Path = NOTEBOOKS) -> list[Path]:
-    """All notebooks, in the order of their number prefix (``00_``, ``01_``...)."""
-    return sorted(p for p in notebook_dir.glob("[0-9][0-9]_*.ipynb"))
+    """All notebooks, in the order of their number prefix (``00_``, ``01_``...; an appendix such as
+    ``05b_`` runs right after its notebook ``05_``)."""
+    return sorted(p for p in notebook_dir.glob("[0-9][0-9]*_*.ipynb"))
 
 
 def select(notebooks: list[Path], only: list[str] | None) -> list[Path]:

@@ -9,6 +9,10 @@ The site is Sphinx with myst-nb (configured in ``docs/conf.py``). Its sources ar
 images they show. So a relative link that works on GitHub works on the site. The HTML goes to
 ``<out>/html``; a new build replaces the old one only once it has succeeded.
 
+The lab notes (:data:`LAB_NOTES`) show the committed results' own tables: a page's MyST
+``{include}`` of ``../benchmarks/results/<run>.md`` is staged with it, at the same relative path
+(``docs/conf.py`` keeps those files out of the pages themselves).
+
 The API reference is one page per room (:data:`API_PAGES`, ``docs/api/<room>.md``: a paragraph on
 what the room is for, then the autodoc of its public names), listed by ``docs/api.md``.
 """
@@ -29,6 +33,20 @@ from sdaccel.tools.workshop.discovery import REPO, discover
 
 #: Pages of docs/ in the site's navigation, in order.
 GUIDE = ["docs/workshop.md", "docs/troubleshooting.md"]
+#: The lab notes: the measurements behind the course, moved out of the README.
+LAB_NOTES = [
+    f"docs/{page}.md"
+    for page in (
+        "setup",
+        "memory",
+        "rehearsal",
+        "int8-under-constraints",
+        "tpu-plan",
+        "fewer-steps",
+        "cpu-speedups",
+        "stacking",
+    )
+]
 REFERENCE = [
     "docs/api.md",
     "checkpoints/tiny-shapes-sdxl/README.md",
@@ -39,6 +57,8 @@ REFERENCE = [
 #: The API page of each room, in the order of ``docs/api.md``'s table of contents (which lists them).
 API_PAGES = [f"docs/api/{room}.md" for room in ("course", "toy", "tpu", "cpu", "core")]
 _LINK = re.compile(r"\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)")
+#: A MyST include: the lab notes show the results' own tables (``benchmarks/results/*.md``).
+_INCLUDE = re.compile(r"^```\{include\}\s+(\S+)", re.MULTILINE)
 
 
 class SiteError(RuntimeError):
@@ -74,11 +94,21 @@ def executed_notebooks(executed_dir: Path, notebooks: list[Path] | None = None) 
 
 
 def _copy_with_assets(rel: str, src_root: Path, staging: Path) -> None:
-    """Copy one Markdown page and the local files (images) it links to, keeping their paths."""
+    """Copy one Markdown page, the local files (images) it links to and the files it includes,
+    keeping their paths; raise naming an included file that is missing."""
     page = src_root / rel
     target = staging / rel
     target.parent.mkdir(parents=True, exist_ok=True)
     shutil.copy2(page, target)
+    for included in _INCLUDE.findall(page.read_text()):
+        source = (page.parent / included).resolve()
+        if not source.is_file():
+            raise SiteError(
+                f"{rel} includes {included}, which does not exist: fix the path or restore the file."
+            )
+        dest = staging / source.relative_to(src_root.resolve())
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(source, dest)
     for link in _LINK.findall(page.read_text()):
         if "://" in link or link.startswith(("#", "mailto:")):
             continue
@@ -99,7 +129,7 @@ def stage(executed_dir: Path, staging: Path, repo: Path = REPO) -> list[str]:
     for nb in notebooks:
         shutil.copy2(nb, staging / "notebooks" / nb.name)
         docs.append(f"notebooks/{nb.stem}")
-    for rel in GUIDE + REFERENCE + API_PAGES:
+    for rel in GUIDE + LAB_NOTES + REFERENCE + API_PAGES:
         _copy_with_assets(rel, repo, staging)
     _copy_with_assets("README.md", repo, staging)
     readme = (staging / "README.md").read_text()
@@ -110,7 +140,11 @@ def stage(executed_dir: Path, staging: Path, repo: Path = REPO) -> list[str]:
         return f"\n```{{toctree}}\n:hidden:\n:caption: {caption}\n\n{lines}\n```\n"
 
     (staging / "index.md").write_text(
-        readme + toctree("Notebooks", docs) + toctree("Workshop", GUIDE) + toctree("Reference", REFERENCE)
+        readme
+        + toctree("Notebooks", docs)
+        + toctree("Workshop", GUIDE)
+        + toctree("Lab notes", LAB_NOTES)
+        + toctree("Reference", REFERENCE)
     )
     return docs
 

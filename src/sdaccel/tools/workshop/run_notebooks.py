@@ -46,7 +46,12 @@ from pathlib import Path
 from sdaccel.tools.toys.random_checkpoints import ensure_tiny
 from sdaccel.tools.workshop.discovery import PROFILES, REPO, discover, needed_tiny_checkpoints, select
 from sdaccel.tools.workshop.execute import NotebookFailed, execute
-from sdaccel.tools.workshop.output_checks import cells_without_figures, machine_paths, noisy_outputs
+from sdaccel.tools.workshop.output_checks import (
+    banned_phrases,
+    cells_without_figures,
+    machine_paths,
+    noisy_outputs,
+)
 from sdaccel.tools.workshop.run_summary import SUMMARY_JSON, SUMMARY_TABLE, summary_row, write_summary
 
 
@@ -82,6 +87,7 @@ def run_all(
         executed = json.loads(run.executed.read_text())
         for problem in (
             noisy_outputs(executed)
+            + [f"{where} (development notes)" for where in banned_phrases(executed)]
             + [f"cell {i}: no inline figure" for i in cells_without_figures(executed)]
             + [f"{where} (an absolute path)" for where in machine_paths(executed, profile)]
         ):
