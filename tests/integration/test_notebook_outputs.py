@@ -373,8 +373,11 @@ LESSON_CALLS = {
         "inspect.getsource(denoising_loop)",  # the fori_loop, guidance and scheduler step that run
         "inspect.getsource(classifier_free_guidance)",
         "pipe.scheduler.scale_model_input(",
+        '"stablehlo.while" in line',  # the one loop of the compiled program (tests/course/test_lesson_01.py)
+        ".as_text()",
     ],
     "02_sharding_across_cores": [
+        "jax.random.normal(jax.random.fold_in(key, k), latent_shape)",  # tests/course/test_lesson_02.py
         "re.search(r.pattern, name)",  # one rule placing one weight
         "jax.device_put(weight, NamedSharding(",
         "jax.typeof(placed)",
@@ -396,6 +399,9 @@ LESSON_CALLS = {
         'f32_config = {"INFERENCE_PRECISION_HINT": "f32"}',
         'core.compile_model(unet_model, "CPU", f32_config)',
         'compiled_f32.get_property("INFERENCE_PRECISION_HINT")',
+        'pipe.unet(inputs)["out_sample"]',  # the loop written out (tests/cpu/test_lesson_04.py)
+        "unet_model.reshape(static_shapes)",  # the static reshape by hand
+        'unet_static = core.compile_model(unet_model, "CPU")',
     ],
     "05_int8_quantization": [
         "nncf.Dataset(calibration)",
