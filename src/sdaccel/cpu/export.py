@@ -372,8 +372,7 @@ def export_pipeline(
 
     What happens to an existing ``dst``, decided before anything is written:
 
-    * it holds a finished export of ``src`` with every one of ``components``: nothing (it is reused
-      in silence; a request with other settings is told so, once a process);
+    * it holds a finished export of ``src`` with all of ``components``: reused (other settings: said once);
     * it holds a finished export of ``src`` made with the same settings but missing some of
       ``components``: they are added, the others kept as they are;
     * it holds anything else (another checkpoint's export, this one's before it changed, other

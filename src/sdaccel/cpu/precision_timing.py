@@ -13,7 +13,6 @@
 
 from __future__ import annotations
 
-import itertools
 import statistics
 import time
 from collections.abc import Callable
@@ -108,17 +107,21 @@ def time_rounds(
             request.infer(inputs)
     names = list(requests)
     timed: dict[str, tuple[list[float], list[float]]] = {name: ([], []) for name in names}
-    for round_ in itertools.count():
+
+    def done(rounds: int) -> bool:
         long_enough = all(sum(timed[name][0]) >= MIN_TIMED_S for name in names)
-        if round_ >= iters and (long_enough or round_ >= MAX_ROUNDS):
-            return timed
-        shift = round_ % len(names)
+        return rounds >= iters and (long_enough or rounds >= MAX_ROUNDS)
+
+    rounds = 0
+    while not done(rounds):
+        shift = rounds % len(names)
         for name in names[shift:] + names[:shift]:
             tick, cpu = timer(), time.process_time()
             requests[name].infer(inputs)
             timed[name][0].append(timer() - tick)
             timed[name][1].append(time.process_time() - cpu)
-    raise AssertionError("unreachable")
+        rounds += 1
+    return timed
 
 
 def measure(
@@ -135,8 +138,9 @@ def measure(
     (:func:`time_rounds`): all compiled at once and interleaved when ``together``, otherwise one
     compiled model at a time (for a model too large to hold several times). With ``settled`` (a
     test of the measurements: does the decision stay where it would be without measuring?), an
-    unsettled result is timed for another ``iters`` rounds before it is returned, so that a change
-    rests on twice the calls."""
+    unsettled result of candidates timed together is timed for another ``iters`` rounds before it
+    is returned, so that a change rests on twice the calls; one model at a time is timed once (its
+    models are gone by then)."""
 
     def compiled(precision):
         tick = timer()
